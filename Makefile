@@ -1,0 +1,48 @@
+# cela: the two user-facing entry points are `make serve` and `make test`.
+# Everything runs as root on Debian 12; `deps` installs only what is missing.
+
+BUILD_DIR ?= build
+BUILD_TYPE ?= RelWithDebInfo
+JOBS ?= $(shell nproc)
+
+# Debian packages the build, the tests and the benchmarks need.
+DEB_PACKAGES := build-essential cmake pkg-config \
+  libboost1.81-dev libboost-json1.81-dev libseccomp-dev libcap-dev libssl-dev \
+  libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev \
+  python3 python3-pytest debootstrap bubblewrap ca-certificates
+
+.PHONY: deps build test unit serve bench base-template format clean
+
+deps:
+	@missing=$$(for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing: $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "deps: all Debian packages present"; fi
+
+build: deps
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) >/dev/null
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# The base template is cached under /var/lib/cela: built once, reused afterwards.
+base-template: build
+	$(BUILD_DIR)/cela template build base
+
+test: build base-template
+	cd $(BUILD_DIR) && ctest --output-on-failure -j 1
+
+unit: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -R '^cela\.|Test\.'
+
+serve: build
+	$(BUILD_DIR)/cela run --help
+
+bench: build
+	python3 bench/spawn.py --cela $(BUILD_DIR)/cela
+
+format:
+	clang-format -i $$(git ls-files '*.cc' '*.h')
+
+clean:
+	rm -rf $(BUILD_DIR)

@@ -1,0 +1,30 @@
+// The `cela` command line: one binary for the runner, the templates and (later) the
+// daemon and its clients. Each subcommand registers itself from its own file.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "cli/run_cmd.h"
+#include "cli/template_cmd.h"
+#include "jail/result.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"cela: a sandbox for running untrusted, AI-generated code"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "cela 0.1.0");
+  int exit_code = 0;
+  cela::cli::add_run_command(app, exit_code);
+  cela::cli::add_template_commands(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "cela: %s (see --help)\n", e.what());
+    return cela::jail::kExitUsage;
+  }
+  return exit_code;
+}

@@ -1,0 +1,21 @@
+// Small file helpers for kernel interfaces (cgroupfs, procfs): whole-file reads and
+// writes with errors that name the path.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/error.h"
+
+namespace cela {
+
+Result<std::string> read_file(const std::string& path);
+// Writes `data` with a single write(2) (kernel interface files want one write).
+Result<void> write_file(const std::string& path, std::string_view data);
+// Reads a file holding one unsigned integer ("max" is reported as UINT64_MAX).
+Result<uint64_t> read_u64(const std::string& path);
+// Creates `path` with `mode` and missing parents with 0755; existing ones are kept as
+// they are.
+Result<void> make_dirs(const std::string& path, unsigned mode = 0755);
+
+}  // namespace cela

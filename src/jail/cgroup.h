@@ -1,0 +1,90 @@
+// Per-sandbox cgroups: limits, accounting, kill-all, removal, for v1 (legacy/hybrid)
+// and v2 (unified) hosts. The host mode is detected once; everything that differs
+// between the modes lives behind the Cgroup interface, chosen in one place
+// (open_cgroup_host / CgroupHost::create).
+//
+// Every cgroup cela creates lives at an absolute path under a `cela` parent in each
+// hierarchy (e.g. /sys/fs/cgroup/memory/cela/<name>): never relative to /proc/self/cgroup,
+// which on this kind of host points into a cgroup cela does not own.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace cela::jail {
+
+enum class CgroupMode {
+  legacy,   // only v1 hierarchies
+  hybrid,   // v1 controllers + a controller-less cgroup2 at <root>/unified
+  unified,  // pure cgroup2 at <root>
+};
+std::string_view to_string(CgroupMode mode);
+
+struct CgroupLimits {
+  uint64_t memory_bytes = 0;  // 0 = unlimited; swap is always off when set
+  double cpus = 0;            // hard ceiling in CPUs (quota/period); 0 = unlimited
+  uint64_t pids = 0;          // 0 = unlimited
+};
+
+struct CgroupStats {
+  uint64_t cpu_usage_ns = 0;
+  uint64_t cpu_throttled_ns = 0;
+  uint64_t memory_current_bytes = 0;
+  uint64_t memory_peak_bytes = 0;
+  uint64_t pids_current = 0;
+  uint64_t pids_peak = 0;
+  uint64_t oom_kills = 0;      // processes the kernel OOM-killed in this cgroup
+  uint64_t pids_max_hits = 0;  // forks refused by pids.max (pids.events "max")
+};
+
+// One sandbox's cgroup (in every hierarchy the mode uses). Owned: the destructor
+// calls destroy() if it was not called, logging a failure to stderr.
+class Cgroup {
+ public:
+  virtual ~Cgroup() = default;
+  virtual const std::string& name() const = 0;
+  virtual Result<void> apply(const CgroupLimits& limits) = 0;
+  // Moves `pid` (and only it) into this cgroup in every hierarchy.
+  virtual Result<void> attach(pid_t pid) = 0;
+  virtual Result<CgroupStats> stats() const = 0;
+  // True while any process is in the cgroup.
+  virtual Result<bool> populated() const = 0;
+  // SIGKILLs every process in the cgroup (cgroup.kill where it exists, else freeze,
+  // signal, thaw — frozen tasks ignore SIGKILL until thawed).
+  virtual Result<void> kill_all() = 0;
+  // kill_all, wait (bounded) until empty, rmdir in every hierarchy. Idempotent.
+  virtual Result<void> destroy() = 0;
+  // A directory fd of the cgroup2 node (unified or hybrid's unified) for
+  // clone3(CLONE_INTO_CGROUP), or -1 when the mode has none.
+  virtual int cgroup2_fd() const = 0;
+};
+
+// The host's cgroup layout, discovered once.
+class CgroupHost {
+ public:
+  virtual ~CgroupHost() = default;
+  virtual CgroupMode mode() const = 0;
+  // Creates <hierarchy>/cela/<name> everywhere (and the cela parents, enabling the
+  // controllers in cela's subtree_control on v2). Fails if it already exists.
+  virtual Result<std::unique_ptr<Cgroup>> create(const std::string& name) = 0;
+  // Kills and removes a leftover cgroup <name> (from a runner that died). Missing is fine.
+  virtual Result<void> remove_stale(const std::string& name) = 0;
+  // Names of the cgroups currently under cela/ (any hierarchy).
+  virtual Result<std::vector<std::string>> list() const = 0;
+};
+
+// Detects the mode from what is mounted at `root` (default /sys/fs/cgroup).
+Result<CgroupMode> detect_cgroup_mode(const std::string& root = "/sys/fs/cgroup");
+
+// The host backend for `mode`, with hierarchies under `root`. Tests point `root` at
+// a temporary directory laid out like cgroupfs to exercise the file interface.
+Result<std::unique_ptr<CgroupHost>> open_cgroup_host(CgroupMode mode,
+                                                     const std::string& root = "/sys/fs/cgroup");
+
+}  // namespace cela::jail

@@ -1,0 +1,330 @@
+#include "jail/init.h"
+
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <grp.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "jail/caps.h"
+#include "jail/protocol.h"
+
+namespace cela::jail {
+namespace json = boost::json;
+namespace {
+
+[[noreturn]] void setup_failed(int control_fd, const Error& error) {
+  (void)send_message(control_fd, {{"type", "setup_error"}, {"step", error.context}, {"errno", error.err}});
+  ::_exit(1);
+}
+
+Result<void> become_namespace_root() {
+  // The child was cloned with host root's credentials; only now that the id maps
+  // exist can it take ns-root's ids. Without this step a later switch to uid 1000
+  // would not clear capabilities: the kernel compares against the ns's root uid.
+  if (::setresgid(0, 0, 0) != 0) return sys_fail("setresgid 0");
+  if (::setgroups(0, nullptr) != 0) return sys_fail("setgroups");
+  if (::setresuid(0, 0, 0) != 0) return sys_fail("setresuid 0");
+  return {};
+}
+
+Result<void> loopback_up() {
+  int sock = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (sock < 0) return sys_fail("socket for loopback");
+  ifreq ifr{};
+  std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+  int rc = ::ioctl(sock, SIOCGIFFLAGS, &ifr);
+  if (rc == 0) {
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    rc = ::ioctl(sock, SIOCSIFFLAGS, &ifr);
+  }
+  int err = errno;
+  ::close(sock);
+  if (rc != 0) return sys_fail("bring loopback up", err);
+  return {};
+}
+
+Result<void> setup(const InitConfig& config, Message go) {
+  if (go.type() != "go" || go.fds.empty()) return fail(ErrorCode::internal, "expected go message with fds");
+  if (auto r = become_namespace_root(); !r) return r;
+  // Nothing mounted from here on may propagate back to the host.
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return sys_fail("make / private");
+  // The cgroup namespace is entered only now, after the host attached this process
+  // to its cgroup, so the sandbox sees its own cgroup as the root.
+  if (::unshare(CLONE_NEWCGROUP) != 0) return sys_fail("unshare cgroup namespace");
+  if (::sethostname(config.hostname.data(), config.hostname.size()) != 0) return sys_fail("sethostname");
+  if (auto r = loopback_up(); !r) return r;
+
+  RootfsMounts mounts;
+  mounts.overlay = std::move(go.fds[0]);
+  const auto& targets = go.body.at("binds").as_array();
+  if (targets.size() + 1 != go.fds.size()) return fail(ErrorCode::internal, "bind fds do not match targets");
+  for (size_t i = 0; i < targets.size(); ++i)
+    mounts.binds.emplace_back(std::string(targets[i].as_string()), std::move(go.fds[i + 1]));
+  if (auto r = enter_rootfs(std::move(mounts), config.rootfs, kStagingDir); !r) return r;
+
+  int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull < 0) return sys_fail("open /dev/null");
+  for (int fd = 0; fd < 3; ++fd) ::dup3(devnull, fd, 0);
+  ::close(devnull);
+  // Sandbox code (even as ns-root) must not ptrace or read the memory of init.
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) return sys_fail("prctl dumpable");
+  ::prctl(PR_SET_NAME, "cela-init", 0, 0, 0);
+  return {};
+}
+
+// ---- Starting an exec -------------------------------------------------------------
+
+// Steps an exec can fail at before execve succeeds, reported over a CLOEXEC pipe.
+enum ExecStep : int { kStepSetsid, kStepStdio, kStepRlimit, kStepCaps, kStepIds, kStepChdir,
+                      kStepNoNewPrivs, kStepSeccomp, kStepExecve };
+const char* step_name(int step) {
+  static const char* names[] = {"setsid", "stdio", "rlimit", "capabilities", "set ids", "chdir",
+                                "no_new_privs", "seccomp", "execve"};
+  return step >= 0 && step <= kStepExecve ? names[step] : "unknown";
+}
+
+struct ExecFailure {
+  int step;
+  int err;
+};
+
+[[noreturn]] void exec_failed(int report_fd, int step, int err) {
+  ExecFailure f{step, err};
+  (void)!::write(report_fd, &f, sizeof f);
+  ::_exit(err == ENOENT ? 127 : 126);
+}
+
+std::string env_value(const std::vector<std::string>& env, std::string_view key) {
+  for (const auto& kv : env)
+    if (kv.size() > key.size() && kv.compare(0, key.size(), key) == 0 && kv[key.size()] == '=')
+      return kv.substr(key.size() + 1);
+  return {};
+}
+
+// execve with a PATH search over the exec's own PATH (not init's environment).
+void exec_with_path(const ExecRequest& req, char* const* argv, char* const* envp) {
+  const std::string& name = req.argv[0];
+  if (name.find('/') != std::string::npos) {
+    ::execve(name.c_str(), argv, envp);
+    return;
+  }
+  std::string path = env_value(req.env, "PATH");
+  if (path.empty()) path = "/usr/local/bin:/usr/bin:/bin";
+  int saved = ENOENT;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    std::string dir = path.substr(start, end - start);
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    ::execve(candidate.c_str(), argv, envp);
+    if (errno == EACCES) saved = EACCES;
+    else if (errno != ENOENT && errno != ENOTDIR) return;
+    start = end + 1;
+  }
+  errno = saved;
+}
+
+// In the forked child: from init's state to the exec's. Order matters:
+// ids after the bounding set (needs CAP_SETPCAP), seccomp last before execve.
+[[noreturn]] void become_exec(const ExecRequest& req, const SeccompProgram& seccomp, int pipes[3][2],
+                              int report_fd) {
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (::setsid() < 0) exec_failed(report_fd, kStepSetsid, errno);
+  if (::dup2(report_fd, 3) < 0 || ::fcntl(3, F_SETFD, FD_CLOEXEC) < 0) exec_failed(report_fd, kStepStdio, errno);
+  report_fd = 3;
+  if (::dup2(pipes[0][0], 0) < 0 || ::dup2(pipes[1][1], 1) < 0 || ::dup2(pipes[2][1], 2) < 0)
+    exec_failed(report_fd, kStepStdio, errno);
+  ::syscall(SYS_close_range, 4, ~0U, 0);
+
+  rlimit core{0, 0};
+  rlimit nofile{req.nofile, req.nofile};
+  rlimit fsize{req.fsize_bytes ? req.fsize_bytes : RLIM_INFINITY, req.fsize_bytes ? req.fsize_bytes : RLIM_INFINITY};
+  rlimit stack{8u << 20, RLIM_INFINITY};
+  if (::setrlimit(RLIMIT_CORE, &core) || ::setrlimit(RLIMIT_NOFILE, &nofile) || ::setrlimit(RLIMIT_FSIZE, &fsize) ||
+      ::setrlimit(RLIMIT_STACK, &stack))
+    exec_failed(report_fd, kStepRlimit, errno);
+
+  if (int err = drop_bounding_set()) exec_failed(report_fd, kStepCaps, err);
+  // Keep the permitted set across the uid switch only so seccomp can be loaded
+  // without no_new_privs (allow_sudo); execve of a non-root program clears it.
+  if (req.uid != 0 && ::prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0) exec_failed(report_fd, kStepCaps, errno);
+  gid_t gid = req.gid;
+  if (::setgroups(1, &gid) != 0 || ::setresgid(req.gid, req.gid, req.gid) != 0 ||
+      ::setresuid(req.uid, req.uid, req.uid) != 0)
+    exec_failed(report_fd, kStepIds, errno);
+  if (::chdir(req.cwd.c_str()) != 0) exec_failed(report_fd, kStepChdir, errno);
+  if (req.no_new_privs) {
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) exec_failed(report_fd, kStepNoNewPrivs, errno);
+    if (req.uid != 0)
+      if (int err = set_capabilities({})) exec_failed(report_fd, kStepCaps, err);
+  } else if (req.uid != 0) {
+    if (int err = set_capabilities({CAP_SYS_ADMIN})) exec_failed(report_fd, kStepCaps, err);
+  }
+
+  std::vector<char*> argv, envp;
+  for (auto& s : req.argv) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  for (auto& s : req.env) envp.push_back(const_cast<char*>(s.c_str()));
+  envp.push_back(nullptr);
+
+  // Last step before execve: from here on only the allowlisted syscalls exist.
+  if (int err = install_seccomp(seccomp)) exec_failed(report_fd, kStepSeccomp, err);
+  exec_with_path(req, argv.data(), envp.data());
+  exec_failed(report_fd, kStepExecve, errno);
+}
+
+class Init {
+ public:
+  Init(const InitConfig& config, int signal_fd) : config_(config), signal_fd_(signal_fd) {}
+
+  [[noreturn]] void serve() {
+    for (;;) {
+      pollfd fds[2] = {{config_.control_fd, POLLIN, 0}, {signal_fd_, POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        ::_exit(1);
+      }
+      if (fds[1].revents & POLLIN) reap();
+      if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) handle_control();
+    }
+  }
+
+ private:
+  void handle_control() {
+    auto msg = recv_message(config_.control_fd);
+    // Host gone (or the channel broken): exit; the kernel kills the namespace.
+    if (!msg) ::_exit(0);
+    std::string type = msg->type();
+    if (type == "exec") {
+      start_exec(msg->body);
+    } else if (type == "signal") {
+      auto id = msg->body.at("id").to_number<uint64_t>();
+      int sig = msg->body.at("signal").to_number<int>();
+      for (auto& [pid, exec_id] : execs_)
+        if (exec_id == id) ::kill(-pid, sig);
+    } else if (type == "shutdown") {
+      ::kill(-1, SIGKILL);
+      ::_exit(0);
+    }
+  }
+
+  void start_exec(const json::object& body) {
+    auto req = ExecRequest::from_json(body);
+    if (!req) {
+      uint64_t id = body.contains("id") ? body.at("id").to_number<uint64_t>() : 0;
+      (void)send_message(config_.control_fd,
+                         {{"type", "exec_error"}, {"id", id}, {"step", req.error().context}, {"errno", EINVAL}});
+      return;
+    }
+    int pipes[3][2];
+    int report[2];
+    if (::pipe2(pipes[0], O_CLOEXEC) || ::pipe2(pipes[1], O_CLOEXEC) || ::pipe2(pipes[2], O_CLOEXEC) ||
+        ::pipe2(report, O_CLOEXEC)) {
+      (void)send_message(config_.control_fd,
+                         {{"type", "exec_error"}, {"id", req->id}, {"step", "pipe"}, {"errno", errno}});
+      return;
+    }
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(config_.control_fd);
+      ::close(signal_fd_);
+      become_exec(*req, *config_.seccomp, pipes, report[1]);
+    }
+    int fork_errno = errno;
+    ::close(report[1]);
+    ::close(pipes[0][0]);
+    ::close(pipes[1][1]);
+    ::close(pipes[2][1]);
+    ExecFailure failure{-1, 0};
+    if (pid > 0) {
+      ssize_t n;
+      do n = ::read(report[0], &failure, sizeof failure);
+      while (n < 0 && errno == EINTR);
+      if (n != sizeof failure) failure.step = -1;  // EOF: execve succeeded
+    } else {
+      failure = {kStepExecve, fork_errno};
+    }
+    ::close(report[0]);
+    if (failure.step >= 0) {
+      if (pid > 0) ::waitpid(pid, nullptr, 0);
+      (void)send_message(config_.control_fd, {{"type", "exec_error"},
+                                              {"id", req->id},
+                                              {"step", step_name(failure.step)},
+                                              {"errno", failure.err}});
+    } else {
+      execs_[pid] = req->id;
+      (void)send_message(config_.control_fd, {{"type", "started"}, {"id", req->id}, {"pid", pid}},
+                         {pipes[0][1], pipes[1][0], pipes[2][0]});
+    }
+    ::close(pipes[0][1]);
+    ::close(pipes[1][0]);
+    ::close(pipes[2][0]);
+  }
+
+  // Reaps every exited child: execs are reported, orphans re-parented to pid 1 are
+  // just collected so no zombie stays behind.
+  void reap() {
+    signalfd_siginfo info;
+    while (::read(signal_fd_, &info, sizeof info) > 0) {
+    }
+    for (;;) {
+      int status = 0;
+      pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) break;
+      auto it = execs_.find(pid);
+      if (it == execs_.end()) continue;
+      (void)send_message(config_.control_fd, {{"type", "exited"}, {"id", it->second}, {"status", status}});
+      execs_.erase(it);
+    }
+  }
+
+  const InitConfig& config_;
+  int signal_fd_;
+  std::map<pid_t, uint64_t> execs_;  // main pid of each running exec -> exec id
+};
+
+}  // namespace
+
+void run_init(const InitConfig& config) {
+  // Die with the host side; if it is already gone, the first receive sees EOF.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  ::sigprocmask(SIG_BLOCK, &chld, nullptr);
+
+  auto go = recv_message(config.control_fd);
+  if (!go) ::_exit(1);
+  if (auto r = setup(config, std::move(*go)); !r) setup_failed(config.control_fd, r.error());
+
+  int signal_fd = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal_fd < 0) setup_failed(config.control_fd, Error{ErrorCode::system, errno, "signalfd"});
+  // Only the control socket and the signalfd stay open in init.
+  int low = std::min(config.control_fd, signal_fd), high = std::max(config.control_fd, signal_fd);
+  ::syscall(SYS_close_range, 3, low - 1, 0);
+  ::syscall(SYS_close_range, low + 1, high - 1, 0);
+  ::syscall(SYS_close_range, high + 1, ~0U, 0);
+  if (auto r = send_message(config.control_fd, {{"type", "ready"}}); !r) ::_exit(1);
+  Init(config, signal_fd).serve();
+}
+
+}  // namespace cela::jail

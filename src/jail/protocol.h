@@ -1,0 +1,63 @@
+// The control protocol between the host side (runner or daemon) and a sandbox's init.
+//
+// Transport: a SOCK_SEQPACKET socketpair, one message per packet, so message
+// boundaries come from the kernel. Each message is a JSON object with a "type";
+// file descriptors travel alongside with SCM_RIGHTS (the exec's stdio pipe ends).
+//
+// host -> init:  exec {id, argv, env, cwd, uid, gid, nofile, fsize, no_new_privs}
+//                signal {id, signal}       signal an exec's process group
+//                shutdown {}               kill everything, exit
+// init -> host:  ready {}                  root is assembled, execs can start
+//                setup_error {step, errno} setup failed; init exits
+//                started {id, pid} + fds [stdin write end, stdout read, stderr read]
+//                exec_error {id, step, errno}  the exec did not start
+//                exited {id, status}       wait status of the exec's main process
+//
+// The same protocol serves `cela run` (one exec) and the daemon (many execs per
+// session), which is why init starts execs on request instead of at boot.
+#pragma once
+
+#include <boost/json/object.hpp>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/fd.h"
+
+namespace cela::jail {
+
+inline constexpr size_t kMaxMessageBytes = 256 * 1024;
+inline constexpr size_t kMaxMessageFds = 8;
+
+struct Message {
+  boost::json::object body;
+  std::vector<UniqueFd> fds;
+
+  std::string type() const;
+};
+
+// Sends one message (with `fds`, not taken) on a SOCK_SEQPACKET socket.
+Result<void> send_message(int sock, const boost::json::object& body, const std::vector<int>& fds = {});
+
+// Receives one message. EOF (peer gone) is ErrorCode::not_found with context "eof".
+Result<Message> recv_message(int sock);
+bool is_eof(const Error& error);
+
+// A request to start a process inside the sandbox.
+struct ExecRequest {
+  uint64_t id = 0;
+  std::vector<std::string> argv;
+  std::vector<std::string> env;  // "K=V", the complete environment
+  std::string cwd = "/";
+  uint32_t uid = 0;  // inside the sandbox
+  uint32_t gid = 0;
+  uint64_t nofile = 4096;
+  uint64_t fsize_bytes = 0;  // RLIMIT_FSIZE; 0 = unlimited
+  bool no_new_privs = true;
+
+  boost::json::object to_json() const;
+  static Result<ExecRequest> from_json(const boost::json::object& body);
+};
+
+}  // namespace cela::jail

@@ -1,0 +1,179 @@
+#include "jail/sandbox.h"
+
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <cstdio>
+
+#include "common/fs.h"
+#include "jail/init.h"
+#include "jail/userns.h"
+
+namespace cela::jail {
+namespace json = boost::json;
+namespace {
+
+// The namespaces cloned at birth. The cgroup namespace is entered by init itself
+// after the host attached it to its cgroup (see init.cc).
+constexpr uint64_t kCloneNamespaces =
+    CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET;
+
+pid_t clone_child(int* pidfd) {
+  clone_args args{};
+  args.flags = kCloneNamespaces | CLONE_PIDFD;
+  args.pidfd = reinterpret_cast<uint64_t>(pidfd);
+  args.exit_signal = SIGCHLD;
+  return static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
+}
+
+int pidfd_signal(int pidfd, int sig) { return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0)); }
+
+}  // namespace
+
+Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupHost& cgroups,
+                                                const SeccompProgram& seccomp) {
+  auto began = std::chrono::steady_clock::now();
+  if (auto r = make_dirs(kStagingDir, 0755); !r) return std::unexpected(r.error());
+  std::unique_ptr<Sandbox> sb(new Sandbox());
+
+  auto cgroup = cgroups.create(spec.name);
+  if (!cgroup) return std::unexpected(cgroup.error());
+  sb->cgroup_ = std::move(*cgroup);
+  if (auto r = sb->cgroup_->apply(spec.limits); !r) return std::unexpected(r.error());
+
+  int pair[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) return sys_fail("socketpair");
+  sb->control_.reset(pair[0]);
+  UniqueFd child_end(pair[1]);
+
+  int pidfd = -1;
+  pid_t pid = clone_child(&pidfd);
+  if (pid < 0) return sys_fail("clone3 sandbox init");
+  if (pid == 0) {
+    sb->control_.reset();
+    InitConfig config{child_end.get(), spec.hostname, spec.rootfs, &seccomp};
+    run_init(config);
+  }
+  sb->init_pid_ = pid;
+  sb->pidfd_.reset(pidfd);
+  child_end.reset();
+
+  // From here on, a failure leaves a child to kill: ~Sandbox() does it.
+  if (auto r = write_id_maps(pid, spec.host_uid_base); !r) return std::unexpected(r.error());
+  if (auto r = sb->cgroup_->attach(pid); !r) return std::unexpected(r.error());
+  {
+    std::string userns_path = "/proc/" + std::to_string(pid) + "/ns/user";
+    UniqueFd userns(::open(userns_path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!userns) return sys_fail("open " + userns_path);
+    auto mounts = prepare_rootfs(spec.rootfs, userns.get(), spec.host_uid_base);
+    if (!mounts) return std::unexpected(mounts.error());
+    json::array targets;
+    std::vector<int> fds{mounts->overlay.get()};
+    for (auto& [target, fd] : mounts->binds) {
+      targets.emplace_back(target);
+      fds.push_back(fd.get());
+    }
+    if (auto r = send_message(sb->control_fd(), {{"type", "go"}, {"binds", targets}}, fds); !r)
+      return std::unexpected(r.error());
+  }  // our copies of the mount fds close here; the sandbox holds the only references
+
+  auto ready = recv_message(sb->control_fd());
+  if (!ready) {
+    if (is_eof(ready.error())) return fail(ErrorCode::system, "sandbox init exited during setup");
+    return std::unexpected(ready.error());
+  }
+  if (ready->type() == "setup_error") {
+    return fail(ErrorCode::system, "sandbox setup: " + std::string(ready->body.at("step").as_string()),
+                ready->body.at("errno").to_number<int>());
+  }
+  if (ready->type() != "ready") return fail(ErrorCode::internal, "unexpected message from init: " + ready->type());
+  sb->startup_ = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began);
+  return sb;
+}
+
+Sandbox::~Sandbox() {
+  if (auto r = destroy(); !r) std::fprintf(stderr, "cela: sandbox teardown: %s\n", r.error().message().c_str());
+}
+
+Result<Message> Sandbox::wait_for(std::string_view type, uint64_t id) {
+  for (;;) {
+    auto msg = recv_message(control_fd());
+    if (!msg) {
+      if (is_eof(msg.error())) return fail(ErrorCode::system, "sandbox init died");
+      return msg;
+    }
+    auto* mid = msg->body.if_contains("id");
+    bool ours = mid && mid->to_number<uint64_t>() == id;
+    if (ours && (msg->type() == type || msg->type() == "exec_error")) return msg;
+    pending_.push_back(std::move(*msg));
+  }
+}
+
+Result<StartedExec> Sandbox::exec(ExecRequest request) {
+  request.id = next_exec_id_++;
+  if (auto r = send_message(control_fd(), request.to_json()); !r) return std::unexpected(r.error());
+  auto reply = wait_for("started", request.id);
+  if (!reply) return std::unexpected(reply.error());
+  if (reply->type() == "exec_error") {
+    return fail(ErrorCode::invalid_argument, std::string(reply->body.at("step").as_string()),
+                reply->body.at("errno").to_number<int>());
+  }
+  if (reply->fds.size() != 3) return fail(ErrorCode::internal, "started message without stdio fds");
+  StartedExec out;
+  out.id = request.id;
+  out.pid = reply->body.at("pid").to_number<pid_t>();
+  out.stdin_w = std::move(reply->fds[0]);
+  out.stdout_r = std::move(reply->fds[1]);
+  out.stderr_r = std::move(reply->fds[2]);
+  return out;
+}
+
+Result<Message> Sandbox::next_event() {
+  if (!pending_.empty()) {
+    Message m = std::move(pending_.front());
+    pending_.pop_front();
+    return m;
+  }
+  return recv_message(control_fd());
+}
+
+void Sandbox::kill() {
+  if (pidfd_ && !reaped_) pidfd_signal(pidfd_.get(), SIGKILL);
+  if (cgroup_) (void)cgroup_->kill_all();
+}
+
+void Sandbox::kill_and_reap() {
+  kill();
+  if (init_pid_ > 0 && !reaped_) {
+    // Returns only after the kernel has killed and released every process of the
+    // pid namespace: init's exit waits for them.
+    while (::waitpid(init_pid_, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    reaped_ = true;
+  }
+}
+
+Result<TeardownReport> Sandbox::destroy() {
+  TeardownReport report;
+  if (destroyed_) return report;
+  destroyed_ = true;
+  if (cgroup_) {
+    if (auto stats = cgroup_->stats(); stats) report.processes_killed = stats->pids_current;
+  }
+  kill_and_reap();
+  control_.reset();
+  if (cgroup_) {
+    if (auto r = cgroup_->destroy(); !r) return std::unexpected(r.error());
+    report.cgroup_removed = true;
+  }
+  return report;
+}
+
+}  // namespace cela::jail

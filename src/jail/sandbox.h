@@ -1,0 +1,102 @@
+// Sandbox: the host-side handle of one jail (namespaces + cgroup + rootfs + init).
+//
+// start() clones the init child into new user, mount, pid, uts, ipc and net
+// namespaces (it enters its cgroup namespace itself once attached), maps its ids to
+// the slot's host range, attaches it to a fresh cgroup, prepares the root filesystem
+// from the host side and hands it over, and returns once init reports `ready` (or the
+// step and errno that failed). Execs then start through init (jail/protocol.h).
+//
+// Ownership: the Sandbox owns the init process (pidfd), the control socket and the
+// cgroup. destroy() -- or the destructor -- kills init (the pid namespace and all its
+// processes die with it) and removes the cgroup. The mounts need no cleanup: they
+// exist only in the sandbox's mount namespace.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <string>
+
+#include "common/error.h"
+#include "common/fd.h"
+#include "jail/cgroup.h"
+#include "jail/mounts.h"
+#include "jail/protocol.h"
+#include "jail/seccomp.h"
+
+namespace cela::jail {
+
+struct SandboxSpec {
+  std::string name;      // cgroup name under cela/ (unique among live sandboxes)
+  std::string hostname;  // inside the sandbox
+  RootfsSpec rootfs;
+  CgroupLimits limits;
+  uint32_t host_uid_base = 0;  // host uid that is root inside (from a UidSlot)
+};
+
+struct StartedExec {
+  uint64_t id = 0;
+  pid_t pid = 0;  // inside the sandbox's pid namespace
+  UniqueFd stdin_w, stdout_r, stderr_r;
+};
+
+// Why an exec failed to start (ENOENT at execve: command not found).
+struct ExecStartError {
+  std::string step;
+  int err = 0;
+};
+
+struct TeardownReport {
+  uint64_t processes_killed = 0;
+  bool cgroup_removed = false;
+};
+
+class Sandbox {
+ public:
+  // The caller must be single-threaded: the child runs on after clone without exec.
+  static Result<std::unique_ptr<Sandbox>> start(const SandboxSpec& spec, CgroupHost& cgroups,
+                                                const SeccompProgram& seccomp);
+  ~Sandbox();
+  Sandbox(const Sandbox&) = delete;
+  Sandbox& operator=(const Sandbox&) = delete;
+
+  // Starts an exec; returns once init reports it started. An exec that could not
+  // start (bad cwd, command not found) yields ExecStartError in the Error's context
+  // as "<step>" with its errno.
+  Result<StartedExec> exec(ExecRequest request);
+
+  // The control socket: poll it, then next_event() returns one message (`exited`,
+  // ...). EOF means init died.
+  int control_fd() const { return control_.get(); }
+  Result<Message> next_event();
+  // Readable (POLLIN) when init has exited.
+  int pidfd() const { return pidfd_.get(); }
+  pid_t init_pid() const { return init_pid_; }
+  Cgroup& cgroup() { return *cgroup_; }
+  std::chrono::microseconds startup_time() const { return startup_; }
+
+  // SIGKILL to init and to every process in the cgroup; does not wait.
+  void kill();
+  // kill(), then wait until init -- and so every process of the sandbox -- is gone.
+  void kill_and_reap();
+  // kill_and_reap(), remove the cgroup. Idempotent.
+  Result<TeardownReport> destroy();
+
+ private:
+  Sandbox() = default;
+  Result<Message> wait_for(std::string_view type, uint64_t id);
+
+  pid_t init_pid_ = -1;
+  UniqueFd pidfd_;
+  UniqueFd control_;
+  std::unique_ptr<Cgroup> cgroup_;
+  std::deque<Message> pending_;  // events that arrived while waiting for a reply
+  uint64_t next_exec_id_ = 1;
+  bool reaped_ = false;
+  bool destroyed_ = false;
+  std::chrono::microseconds startup_{0};
+};
+
+}  // namespace cela::jail

@@ -1,0 +1,46 @@
+// The seccomp policy: a table (default deny, an allowlist in the spirit of Docker's
+// default profile, the always-denied list of docs/security.md with their errnos and
+// argument rules) compiled once with libseccomp into a classic BPF program. The
+// program is built in the parent; the sandbox only installs it (no allocation, no
+// libseccomp calls between fork and execve).
+#pragma once
+
+#include <linux/filter.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+
+namespace cela::jail {
+
+// What the policy does with one syscall when nothing more specific matches.
+struct SyscallRule {
+  std::string name;
+  enum class Action { allow, deny_eperm, deny_enosys } action;
+};
+
+// The policy tables, exposed for review and unit tests.
+const std::vector<std::string>& seccomp_allowed_syscalls();
+// Syscalls always denied, with the errno they fail with.
+const std::vector<SyscallRule>& seccomp_denied_syscalls();
+// Syscalls whose verdict depends on their arguments (clone without namespace flags,
+// socket families, ioctl minus TIOCSTI/TIOCLINUX, personality). Never in the
+// allowlist: an unconditional rule would override the argument rules.
+const std::vector<std::string>& seccomp_argument_filtered_syscalls();
+
+struct SeccompProgram {
+  std::vector<sock_filter> instructions;
+};
+
+// Compiles the policy for the native architecture (other architectures, x32
+// included, are killed). Unknown syscalls fail with ENOSYS so libc falls back.
+Result<SeccompProgram> build_seccomp_program();
+
+// Installs `program` on the calling thread (prctl SECCOMP_MODE_FILTER).
+// Async-signal-safe. Requires no_new_privs or CAP_SYS_ADMIN in the current user ns.
+// Returns 0 or an errno.
+int install_seccomp(const SeccompProgram& program);
+
+}  // namespace cela::jail

@@ -1,0 +1,29 @@
+#include "jail/userns.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+
+#include "common/fs.h"
+
+namespace cela::jail {
+
+Result<UidSlot> UidSlot::acquire(const std::string& lock_dir) {
+  if (auto r = make_dirs(lock_dir, 0700); !r) return std::unexpected(r.error());
+  for (uint32_t i = 0; i < kMaxSlots; ++i) {
+    std::string path = lock_dir + "/" + std::to_string(i) + ".lock";
+    UniqueFd fd(::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
+    if (!fd) return sys_fail("open " + path);
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) return UidSlot(i, std::move(fd));
+    if (errno != EWOULDBLOCK) return sys_fail("flock " + path);
+  }
+  return fail(ErrorCode::limit, "all " + std::to_string(kMaxSlots) + " sandbox uid slots are in use");
+}
+
+Result<void> write_id_maps(pid_t pid, uint32_t host_base) {
+  std::string map = "0 " + std::to_string(host_base) + " " + std::to_string(kIdsPerSlot) + "\n";
+  std::string proc = "/proc/" + std::to_string(pid);
+  if (auto r = write_file(proc + "/uid_map", map); !r) return r;
+  return write_file(proc + "/gid_map", map);
+}
+
+}  // namespace cela::jail
