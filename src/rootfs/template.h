@@ -19,7 +19,8 @@
 // are stored relative to the version dir and loaded as absolute paths.
 //
 // Files: template.cc (store, manifest, StagedVersion), digest.cc (layer_digest),
-// host_template.cc, base_template.cc (+ base_template.h for its testable pieces).
+// host_template.cc, base_template.cc (+ base_template.h: its testable pieces),
+// build_process.cc (build tools in a private mount namespace), store_io.cc (helpers).
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,57 @@
+// File helpers shared by the template store and the template builders: exact modes
+// and owners regardless of umask, atomic replacement, a per-template build lock and
+// a streaming sha256. Internal to src/rootfs.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <string_view>
+
+#include "common/error.h"
+#include "common/fd.h"
+
+struct evp_md_ctx_st;  // OpenSSL's EVP_MD_CTX
+
+namespace cela::rootfs {
+
+// Creates (or replaces) `path` with `data`, then sets exactly `mode` and uid:gid.
+Result<void> write_file_exact(const std::string& path, std::string_view data, mode_t mode,
+                              uid_t uid = 0, gid_t gid = 0);
+// Writes `<path>.tmp-XXXXXX`, fsyncs it and renames it over `path`.
+Result<void> write_file_atomic(const std::string& path, std::string_view data, mode_t mode);
+// mkdir (an existing directory is fine), then sets exactly `mode` and uid:gid.
+Result<void> make_dir_exact(const std::string& path, mode_t mode, uid_t uid = 0, gid_t gid = 0);
+// Removes a tree without following symlinks; an absent path is fine.
+Result<void> remove_tree(const std::string& path);
+// RFC 3339 UTC, seconds precision: "2026-11-29T10:05:00Z".
+std::string utc_now_rfc3339();
+
+// Exclusive flock(2) on <store>/<name>/.lock for as long as it lives.
+class BuildLock {
+ public:
+  static Result<BuildLock> acquire(const std::string& template_dir);
+
+ private:
+  explicit BuildLock(UniqueFd fd) : fd_(std::move(fd)) {}
+  UniqueFd fd_;
+};
+
+// Streaming sha256 (OpenSSL EVP).
+class Sha256 {
+ public:
+  Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+  ~Sha256();
+  void update(std::string_view data);
+  // Lower-case hex; call once.
+  std::string hex_final();
+
+ private:
+  evp_md_ctx_st* ctx_;
+};
+
+std::string sha256_hex(std::string_view data);
+
+}  // namespace cela::rootfs

@@ -1,0 +1,329 @@
+// The template store: manifests, versions, `current`, staging and commit.
+#include "rootfs/template.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/json.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <utility>
+
+#include "common/fs.h"
+#include "rootfs/store_io.h"
+
+namespace cela::rootfs {
+
+namespace json = boost::json;
+
+namespace {
+
+constexpr char kManifest[] = "manifest.json";
+
+std::string template_dir(const TemplateStore& store, const std::string& name) {
+  return store.root + "/" + name;
+}
+
+std::string version_dir(const TemplateStore& store, const std::string& name,
+                        const std::string& version) {
+  return store.root + "/" + name + "/" + version;
+}
+
+// boost::json 1.81 has no pretty printer; manifests are read by people too.
+void pretty(const json::value& v, std::string& out, int indent) {
+  auto newline = [&](int level) {
+    out.push_back('\n');
+    out.append(static_cast<size_t>(level) * 2, ' ');
+  };
+  switch (v.kind()) {
+    case json::kind::object: {
+      const auto& obj = v.get_object();
+      if (obj.empty()) {
+        out += "{}";
+        return;
+      }
+      out.push_back('{');
+      bool first = true;
+      for (const auto& [key, value] : obj) {
+        if (!first) out.push_back(',');
+        first = false;
+        newline(indent + 1);
+        out += json::serialize(json::value(key));
+        out += ": ";
+        pretty(value, out, indent + 1);
+      }
+      newline(indent);
+      out.push_back('}');
+      return;
+    }
+    case json::kind::array: {
+      const auto& arr = v.get_array();
+      if (arr.empty()) {
+        out += "[]";
+        return;
+      }
+      out.push_back('[');
+      for (size_t i = 0; i < arr.size(); ++i) {
+        if (i != 0) out.push_back(',');
+        newline(indent + 1);
+        pretty(arr[i], out, indent + 1);
+      }
+      newline(indent);
+      out.push_back(']');
+      return;
+    }
+    default:
+      out += json::serialize(v);
+  }
+}
+
+json::object to_object(const Template& t) {
+  json::array packages;
+  for (const auto& p : t.packages) packages.emplace_back(p);
+  json::array layers;
+  for (const auto& l : t.layers) layers.emplace_back(l);
+  json::array binds;
+  for (const auto& b : t.binds)
+    binds.emplace_back(json::object{{"source", b.source}, {"target", b.target}});
+  // Insertion order is the printed order.
+  json::object obj;
+  obj["name"] = t.name;
+  obj["version"] = t.version;
+  obj["digest"] = t.digest;
+  obj["built_at"] = t.built_at;
+  obj["allow_sudo"] = t.allow_sudo;
+  obj["dev_only"] = t.dev_only;
+  obj["layers"] = std::move(layers);
+  obj["binds"] = std::move(binds);
+  obj["recipe"] = t.recipe;
+  obj["packages"] = std::move(packages);
+  return obj;
+}
+
+Result<Template> parse_manifest(const std::string& text, const std::string& path) {
+  auto bad = [&](const std::string& why) {
+    return fail(ErrorCode::internal, "malformed manifest " + path + ": " + why);
+  };
+  std::error_code ec;
+  json::value root = json::parse(text, ec);
+  if (ec) return bad(ec.message());
+  const json::object* obj = root.if_object();
+  if (obj == nullptr) return bad("not an object");
+
+  auto get_string = [&](const char* key, std::string& out) -> bool {
+    const json::value* v = obj->if_contains(key);
+    if (v == nullptr || !v->is_string()) return false;
+    out = std::string(v->get_string());
+    return true;
+  };
+  auto get_bool = [&](const char* key, bool& out) -> bool {
+    const json::value* v = obj->if_contains(key);
+    if (v == nullptr) return true;  // optional, default false
+    if (!v->is_bool()) return false;
+    out = v->get_bool();
+    return true;
+  };
+  auto get_strings = [&](const char* key, std::vector<std::string>& out) -> bool {
+    const json::value* v = obj->if_contains(key);
+    if (v == nullptr) return true;  // optional, default empty
+    if (!v->is_array()) return false;
+    for (const auto& item : v->get_array()) {
+      if (!item.is_string()) return false;
+      out.emplace_back(item.get_string());
+    }
+    return true;
+  };
+
+  Template t;
+  const std::pair<const char*, std::string*> required[] = {
+      {"name", &t.name}, {"version", &t.version}, {"digest", &t.digest}, {"built_at", &t.built_at}};
+  for (auto [key, field] : required) {
+    if (!get_string(key, *field)) return bad(std::string("missing string \"") + key + "\"");
+  }
+  get_string("recipe", t.recipe);
+  if (!get_bool("allow_sudo", t.allow_sudo)) return bad("\"allow_sudo\" is not a bool");
+  if (!get_bool("dev_only", t.dev_only)) return bad("\"dev_only\" is not a bool");
+  if (!get_strings("packages", t.packages)) return bad("\"packages\" is not a string array");
+  if (!get_strings("layers", t.layers)) return bad("\"layers\" is not a string array");
+  if (t.layers.empty()) return bad("no layers");
+  if (const json::value* v = obj->if_contains("binds")) {
+    if (!v->is_array()) return bad("\"binds\" is not an array");
+    for (const auto& item : v->get_array()) {
+      const json::object* b = item.if_object();
+      const json::value* source = b ? b->if_contains("source") : nullptr;
+      const json::value* target = b ? b->if_contains("target") : nullptr;
+      if (!source || !target || !source->is_string() || !target->is_string())
+        return bad("a bind needs string \"source\" and \"target\"");
+      t.binds.push_back({std::string(source->get_string()), std::string(target->get_string())});
+    }
+  }
+  return t;
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+// The store root holds setuid-root files: only root may traverse it.
+Result<void> ensure_template_dir(const TemplateStore& store, const std::string& name) {
+  auto parent = std::filesystem::path(store.root).parent_path().string();
+  if (auto r = make_dirs(parent, 0755); !r) return r;
+  if (::mkdir(store.root.c_str(), 0700) != 0 && errno != EEXIST)
+    return sys_fail("mkdir " + store.root);
+  if (::chmod(store.root.c_str(), 0700) != 0) return sys_fail("chmod " + store.root);
+  std::string dir = template_dir(store, name);
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return sys_fail("mkdir " + dir);
+  return {};
+}
+
+}  // namespace
+
+bool valid_template_name(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  auto alnum = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+  };
+  if (!alnum(name[0])) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [&](char c) { return alnum(c) || c == '.' || c == '_' || c == '-'; });
+}
+
+std::string template_to_json(const Template& t) {
+  std::string out;
+  pretty(to_object(t), out, 0);
+  out.push_back('\n');
+  return out;
+}
+
+Result<Template> load_template_version(const TemplateStore& store, const std::string& name,
+                                       const std::string& version) {
+  if (!valid_template_name(name))
+    return fail(ErrorCode::invalid_argument, "bad template name '" + name + "'");
+  if (!valid_template_name(version))
+    return fail(ErrorCode::invalid_argument, "bad template version '" + version + "'");
+  std::string dir = version_dir(store, name, version);
+  std::string path = dir + "/" + kManifest;
+  auto text = read_file(path);
+  if (!text) {
+    if (text.error().err == ENOENT)
+      return fail(ErrorCode::not_found, "template " + name + " version " + version);
+    return std::unexpected(text.error());
+  }
+  auto t = parse_manifest(*text, path);
+  if (!t) return t;
+  if (t->name != name || t->version != version)
+    return fail(ErrorCode::internal, "manifest " + path + " names " + t->name + "@" + t->version);
+  for (auto& layer : t->layers) {
+    std::filesystem::path p(layer);
+    if (p.is_relative()) layer = (std::filesystem::path(dir) / p).lexically_normal().string();
+  }
+  return t;
+}
+
+Result<Template> load_template(const TemplateStore& store, const std::string& name) {
+  if (!valid_template_name(name))
+    return fail(ErrorCode::invalid_argument, "bad template name '" + name + "'");
+  auto current = read_file(template_dir(store, name) + "/current");
+  if (!current) {
+    if (current.error().err != ENOENT) return std::unexpected(current.error());
+    if (name == "host") return ensure_host_template(store);
+    return fail(ErrorCode::not_found, "template " + name + " not found in " + store.root);
+  }
+  return load_template_version(store, name, trim(*current));
+}
+
+Result<std::vector<Template>> list_templates(const TemplateStore& store) {
+  std::vector<Template> out;
+  DIR* dir = ::opendir(store.root.c_str());
+  if (dir == nullptr) {
+    if (errno == ENOENT) return out;
+    return sys_fail("opendir " + store.root);
+  }
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] != '.' && valid_template_name(e->d_name)) names.emplace_back(e->d_name);
+  }
+  ::closedir(dir);
+  std::sort(names.begin(), names.end());
+  for (const auto& name : names) {
+    auto current = read_file(template_dir(store, name) + "/current");
+    if (!current) continue;
+    if (auto t = load_template_version(store, name, trim(*current))) out.push_back(std::move(*t));
+  }
+  return out;
+}
+
+Result<void> set_current_version(const TemplateStore& store, const std::string& name,
+                                 const std::string& version) {
+  std::string manifest = version_dir(store, name, version) + "/" + kManifest;
+  struct stat st {};
+  if (::stat(manifest.c_str(), &st) != 0) return sys_fail("stat " + manifest);
+  return write_file_atomic(template_dir(store, name) + "/current", version + "\n", 0644);
+}
+
+Result<StagedVersion> StagedVersion::create(const TemplateStore& store, const std::string& name) {
+  if (!valid_template_name(name))
+    return fail(ErrorCode::invalid_argument, "bad template name '" + name + "'");
+  if (auto r = ensure_template_dir(store, name); !r) return std::unexpected(r.error());
+  std::string dir = template_dir(store, name) + "/.staging-XXXXXX";
+  if (::mkdtemp(dir.data()) == nullptr) return sys_fail("mkdtemp " + dir);
+  StagedVersion staged(store, name, dir);
+  if (auto r = make_dir_exact(staged.layer_dir(), 0755, ::geteuid(), ::getegid()); !r)
+    return std::unexpected(r.error());
+  return staged;
+}
+
+StagedVersion::StagedVersion(StagedVersion&& other) noexcept
+    : store_(std::move(other.store_)),
+      name_(std::move(other.name_)),
+      dir_(std::exchange(other.dir_, std::string())) {}
+
+StagedVersion::~StagedVersion() {
+  if (dir_.empty()) return;
+  if (auto r = remove_tree(dir_); !r)
+    std::fprintf(stderr, "cela: cleaning up %s: %s\n", dir_.c_str(), r.error().message().c_str());
+}
+
+Result<Template> StagedVersion::commit(const Template& manifest) {
+  if (dir_.empty()) return fail(ErrorCode::internal, "commit of a finished staging dir");
+  if (manifest.name != name_)
+    return fail(ErrorCode::internal, "manifest for " + manifest.name + " staged as " + name_);
+  if (!valid_template_name(manifest.version))
+    return fail(ErrorCode::invalid_argument, "bad template version '" + manifest.version + "'");
+  std::string target = version_dir(store_, name_, manifest.version);
+  struct stat st {};
+  if (::lstat(target.c_str(), &st) == 0)
+    return fail(ErrorCode::invalid_argument, "template version exists: " + target);
+
+  Template stored = manifest;
+  if (stored.layers.empty()) stored.layers = {"layer"};
+  for (auto& layer : stored.layers) {
+    std::filesystem::path p(layer);
+    if (p.is_relative()) continue;
+    if (layer.starts_with(dir_ + "/"))
+      layer = layer.substr(dir_.size() + 1);
+    else
+      layer = p.lexically_normal().lexically_relative(target).string();
+  }
+  if (auto r = write_file_atomic(dir_ + "/" + kManifest, template_to_json(stored), 0644); !r)
+    return std::unexpected(r.error());
+
+  // The version becomes visible in one rename; flush the tree first so a crash
+  // right after cannot leave a committed version with missing file contents.
+  {
+    UniqueFd fd(::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd || ::syncfs(fd.get()) != 0) return sys_fail("syncfs " + dir_);
+  }
+  if (::rename(dir_.c_str(), target.c_str()) != 0)
+    return sys_fail("rename " + dir_ + " to " + target);
+  dir_.clear();
+  if (auto r = set_current_version(store_, name_, manifest.version); !r)
+    return std::unexpected(r.error());
+  return load_template_version(store_, name_, manifest.version);
+}
+
+}  // namespace cela::rootfs
