@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <boost/json.hpp>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -196,6 +197,22 @@ void supervise(Sandbox& sb, StartedExec& ex, const Plan& plan, int out_fd, int e
   }
 }
 
+// Removes run-<N> cgroups whose slot N no runner holds (ours is already clean-able).
+void reclaim_stale_runs(CgroupHost& cgroups, const UidSlot& own) {
+  auto names = cgroups.list();
+  if (!names) return;
+  for (const auto& name : *names) {
+    if (!name.starts_with("run-")) continue;
+    uint32_t index = 0;
+    auto [ptr, ec] = std::from_chars(name.data() + 4, name.data() + name.size(), index);
+    if (ec != std::errc() || ptr != name.data() + name.size() || index == own.index()) continue;
+    auto slot = UidSlot::try_acquire(index);
+    if (!slot || !*slot) continue;  // in use (or unknowable): not ours to touch
+    if (auto r = cgroups.remove_stale(name); !r)
+      std::fprintf(stderr, "cela: stale cgroup %s: %s\n", name.c_str(), r.error().message().c_str());
+  }
+}
+
 int run(const RunOptions& o) {
   auto say = [&](const std::string& line) { std::fprintf(stderr, "cela: %s\n", line.c_str()); };
   if (::geteuid() != 0) {
@@ -255,8 +272,9 @@ int run(const RunOptions& o) {
       plan->spec.name = "run-" + std::to_string(slot->index());
       plan->spec.hostname = "cela-" + std::to_string(slot->index());
       plan->spec.host_uid_base = slot->host_base();
-      // Whatever a previous holder of this slot left behind (it was killed before it
-      // could clean up) is ours now: remove it before reuse.
+      // Runners killed before they could clean up leave their cgroup behind; whoever
+      // can lock the dead runner's slot removes it.
+      reclaim_stale_runs(**cgroups, *slot);
       if (auto r = (*cgroups)->remove_stale(plan->spec.name); !r) fatal(r.error());
       else if (auto s = Sandbox::start(plan->spec, **cgroups, *seccomp); !s) fatal(s.error());
       else sb = std::move(*s);

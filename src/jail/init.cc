@@ -149,10 +149,12 @@ void exec_with_path(const ExecRequest& req, char* const* argv, char* const* envp
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   if (::setsid() < 0) exec_failed(report_fd, kStepSetsid, errno);
-  if (::dup2(report_fd, 3) < 0 || ::fcntl(3, F_SETFD, FD_CLOEXEC) < 0) exec_failed(report_fd, kStepStdio, errno);
-  report_fd = 3;
+  // stdio first: every pipe end is >= 3 (init's 0-2 are /dev/null), so filling 0-2
+  // clobbers nothing still needed; only then may fd 3 be overwritten by the report fd.
   if (::dup2(pipes[0][0], 0) < 0 || ::dup2(pipes[1][1], 1) < 0 || ::dup2(pipes[2][1], 2) < 0)
     exec_failed(report_fd, kStepStdio, errno);
+  if (::dup2(report_fd, 3) < 0 || ::fcntl(3, F_SETFD, FD_CLOEXEC) < 0) exec_failed(report_fd, kStepStdio, errno);
+  report_fd = 3;
   ::syscall(SYS_close_range, 4, ~0U, 0);
 
   rlimit core{0, 0};

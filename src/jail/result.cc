@@ -51,7 +51,7 @@ RunResult classify(const RunObservation& o) {
   }
   if (o.runner_signal) {
     r.state = RunState::killed;
-    r.signal = SIGKILL;
+    r.signal = *o.runner_signal;  // the stop request is what ended it
     r.reason = "stopped: the runner received " + signal_name(*o.runner_signal);
     return r;
   }

@@ -7,14 +7,22 @@
 
 namespace cela::jail {
 
-Result<UidSlot> UidSlot::acquire(const std::string& lock_dir) {
+Result<std::optional<UidSlot>> UidSlot::try_acquire(uint32_t index, const std::string& lock_dir) {
+  if (index >= kMaxSlots) return fail(ErrorCode::invalid_argument, "no slot " + std::to_string(index));
   if (auto r = make_dirs(lock_dir, 0700); !r) return std::unexpected(r.error());
+  std::string path = lock_dir + "/" + std::to_string(index) + ".lock";
+  UniqueFd fd(::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
+  if (!fd) return sys_fail("open " + path);
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) return UidSlot(index, std::move(fd));
+  if (errno != EWOULDBLOCK) return sys_fail("flock " + path);
+  return std::nullopt;
+}
+
+Result<UidSlot> UidSlot::acquire(const std::string& lock_dir) {
   for (uint32_t i = 0; i < kMaxSlots; ++i) {
-    std::string path = lock_dir + "/" + std::to_string(i) + ".lock";
-    UniqueFd fd(::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
-    if (!fd) return sys_fail("open " + path);
-    if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) return UidSlot(i, std::move(fd));
-    if (errno != EWOULDBLOCK) return sys_fail("flock " + path);
+    auto slot = try_acquire(i, lock_dir);
+    if (!slot) return std::unexpected(slot.error());
+    if (*slot) return std::move(**slot);
   }
   return fail(ErrorCode::limit, "all " + std::to_string(kMaxSlots) + " sandbox uid slots are in use");
 }

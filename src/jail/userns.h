@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "common/error.h"
@@ -26,6 +27,9 @@ class UidSlot {
  public:
   // Claims the lowest free slot (lock files under `lock_dir`).
   static Result<UidSlot> acquire(const std::string& lock_dir = "/run/cela/slots");
+  // Claims slot `index` if it is free; nullopt when another process holds it.
+  static Result<std::optional<UidSlot>> try_acquire(uint32_t index,
+                                                    const std::string& lock_dir = "/run/cela/slots");
 
   uint32_t index() const { return index_; }
   uint32_t host_base() const { return kUidBase + index_ * kIdsPerSlot; }

@@ -20,7 +20,9 @@ TEST(ParseSize, RejectsGarbage) {
   for (const char* bad : {"", "m", "12x", "-1m", "0", "0m", "1.5", "1..5m", "1 m", "99999999999999999999t"}) {
     auto r = parse_size(bad);
     EXPECT_FALSE(r.has_value()) << bad;
-    if (!r) EXPECT_EQ(r.error().code, ErrorCode::invalid_argument) << bad;
+    if (!r) {
+      EXPECT_EQ(r.error().code, ErrorCode::invalid_argument) << bad;
+    }
   }
 }
 

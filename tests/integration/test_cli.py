@@ -1,0 +1,94 @@
+"""`cela run` as a command: exit codes, streaming, JSON, bad input."""
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import CELA, run, run_json
+
+
+def test_exit_code_is_the_commands():
+    assert run(["sh", "-c", "exit 42"]).returncode == 42
+    assert run(["true"]).returncode == 0
+
+
+def test_signal_death_is_128_plus_signal():
+    r, _, p = run_json(["sh", "-c", "kill -SEGV $$"])
+    assert r["state"] == "killed" and r["signal"] == 11, r
+    assert p.returncode == 139
+
+
+def test_stdout_and_stderr_are_separate_and_stdin_is_forwarded():
+    p = run(["sh", "-c", "cat; echo err >&2"], input="hello\n")
+    assert p.stdout == "hello\n"
+    assert p.stderr == "err\n"
+
+
+def test_output_streams_live():
+    proc = subprocess.Popen([CELA, "run", "--template", "host", "--", "sh", "-c", "echo first; sleep 3; echo second"],
+                            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    t0 = time.monotonic()
+    first = proc.stdout.readline()
+    t_first = time.monotonic() - t0
+    rest = proc.stdout.read()
+    proc.wait(10)
+    assert first == "first\n" and rest == "second\n"
+    assert t_first < 2.5, f"first line arrived only after {t_first:.1f}s"
+
+
+def test_json_result_shape_and_output_to_stderr():
+    r, out, p = run_json(["sh", "-c", "echo to-out; echo to-err >&2"])
+    assert set(r) == {"state", "exit_code", "signal", "reason", "duration_ms", "cpu_ms", "peak_memory_bytes",
+                      "pids_peak"}
+    assert r["state"] == "exited" and r["exit_code"] == 0
+    assert "to-out" in out and "to-err" in out
+
+
+def test_output_file(tmp_path):
+    f = tmp_path / "out.txt"
+    p = run(["sh", "-c", "echo a; echo b >&2"], opts=["--json", "--output-file", str(f)])
+    assert json.loads(p.stdout)["exit_code"] == 0
+    assert sorted(f.read_text().split()) == ["a", "b"]
+
+
+@pytest.mark.parametrize("opts,needle", [
+    (["--template", "no-such-template"], "unknown template"),
+    (["--memory", "lots"], "bad size"),
+    (["--disk", "12q"], "bad size"),
+    (["--timeout", "soon"], "bad duration"),
+    (["--cpus", "0"], "bad --cpus"),
+    (["--user", "admin"], "bad --user"),
+    (["--env", "NOEQUALS"], "bad --env"),
+    (["--no-such-flag"], "no-such-flag"),
+])
+def test_bad_input_is_one_line_and_exit_2(opts, needle):
+    args = [CELA, "run", *opts, "--", "true"]
+    if "--template" not in opts:
+        args[2:2] = ["--template", "host"]
+    p = subprocess.run(args, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert p.returncode == 2, p
+    assert needle in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_missing_command_is_exit_2():
+    p = subprocess.run([CELA, "run", "--template", "host"], capture_output=True, text=True)
+    assert p.returncode == 2
+    assert "missing command" in p.stderr
+
+
+def test_not_root_is_exit_2():
+    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", CELA, "run", "--template",
+                        "host", "--", "true"], capture_output=True, text=True)
+    assert p.returncode == 2, p
+    assert "needs root" in p.stderr
+
+
+def test_help_lists_the_options():
+    p = subprocess.run([CELA, "run", "--help"], capture_output=True, text=True)
+    assert p.returncode == 0
+    for opt in ("--template", "--memory", "--cpus", "--pids", "--timeout", "--disk", "--env", "--user", "--cwd",
+                "--json"):
+        assert opt in p.stdout
