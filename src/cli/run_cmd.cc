@@ -261,7 +261,7 @@ int run(const RunOptions& o) {
       obs.failure = e.context;
       obs.failure_errno = e.err;
     };
-    auto seccomp = build_seccomp_program();
+    auto seccomp = cached_seccomp_program();
     auto slot = seccomp ? UidSlot::acquire() : std::unexpected(seccomp.error());
     auto mode = slot ? detect_cgroup_mode() : std::unexpected(slot.error());
     auto cgroups = mode ? open_cgroup_host(*mode) : std::unexpected(mode.error());

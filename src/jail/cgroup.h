@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/fd.h"
 
 namespace cela::jail {
 
@@ -52,6 +53,12 @@ class Cgroup {
   virtual Result<void> apply(const CgroupLimits& limits) = 0;
   // Moves `pid` (and only it) into this cgroup in every hierarchy.
   virtual Result<void> attach(pid_t pid) = 0;
+  // For a child that joins by itself: write-only fds of every v1 hierarchy's `tasks`
+  // file. A single-threaded process writing "0" to them moves itself without the
+  // kernel's global threadgroup lock that cgroup.procs writes take (that lock's RCU
+  // sync costs 10-20 ms per spawn). cgroup2 is joined at clone time instead
+  // (clone3 CLONE_INTO_CGROUP with cgroup2_fd()). Empty on unified hosts.
+  virtual Result<std::vector<UniqueFd>> open_self_attach() const = 0;
   virtual Result<CgroupStats> stats() const = 0;
   // True while any process is in the cgroup.
   virtual Result<bool> populated() const = 0;

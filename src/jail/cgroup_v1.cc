@@ -9,6 +9,8 @@
 #include <cstdlib>
 
 #include "common/fs.h"
+#include <fcntl.h>
+
 #include "jail/cgroup_backends.h"
 
 namespace cela::jail {
@@ -41,6 +43,7 @@ class CgroupV1 final : public Cgroup {
   const std::string& name() const override { return name_; }
   Result<void> apply(const CgroupLimits& limits) override;
   Result<void> attach(pid_t pid) override;
+  Result<std::vector<UniqueFd>> open_self_attach() const override;
   Result<CgroupStats> stats() const override;
   Result<bool> populated() const override;
   Result<void> kill_all() override;
@@ -97,6 +100,18 @@ Result<void> CgroupV1::attach(pid_t pid) {
     if (auto r = write_file(dir + "/cgroup.procs", std::to_string(pid)); !r) return r;
   }
   return {};
+}
+
+Result<std::vector<UniqueFd>> CgroupV1::open_self_attach() const {
+  std::vector<UniqueFd> fds;
+  for (const std::string& dir : paths_.all) {
+    if (dir == paths_.unified) continue;  // cgroup2: joined with CLONE_INTO_CGROUP
+    std::string path = dir + "/tasks";
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd) return sys_fail("open " + path);
+    fds.push_back(std::move(fd));
+  }
+  return fds;
 }
 
 Result<CgroupStats> CgroupV1::stats() const {

@@ -28,6 +28,7 @@ class CgroupV2 final : public Cgroup {
   Result<void> attach(pid_t pid) override {
     return write_file(file("cgroup.procs"), std::to_string(pid));
   }
+  Result<std::vector<UniqueFd>> open_self_attach() const override { return std::vector<UniqueFd>{}; }
   Result<CgroupStats> stats() const override;
   Result<bool> populated() const override { return cgroup2_populated(dir_); }
   Result<void> kill_all() override;

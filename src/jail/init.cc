@@ -314,8 +314,15 @@ void run_init(const InitConfig& config) {
   sigaddset(&chld, SIGCHLD);
   ::sigprocmask(SIG_BLOCK, &chld, nullptr);
 
+  // Join the v1 cgroups first, before this process allocates or forks anything.
+  Error join_error;
+  for (int fd : config.cgroup_tasks_fds) {
+    if (::write(fd, "0", 1) != 1 && join_error.err == 0) join_error = {ErrorCode::system, errno, "join cgroup"};
+    ::close(fd);
+  }
   auto go = recv_message(config.control_fd);
   if (!go) ::_exit(1);
+  if (join_error.err != 0) setup_failed(config.control_fd, join_error);
   if (auto r = setup(config, std::move(*go)); !r) setup_failed(config.control_fd, r.error());
 
   int signal_fd = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);

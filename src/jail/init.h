@@ -10,6 +10,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "jail/mounts.h"
 #include "jail/seccomp.h"
@@ -21,6 +22,7 @@ struct InitConfig {
   std::string hostname;
   RootfsSpec rootfs;
   const SeccompProgram* seccomp = nullptr;  // compiled by the host side before clone
+  std::vector<int> cgroup_tasks_fds;        // v1 `tasks` files to join by writing "0"
 };
 
 [[noreturn]] void run_init(const InitConfig& config);

@@ -25,11 +25,16 @@ namespace {
 constexpr uint64_t kCloneNamespaces =
     CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET;
 
-pid_t clone_child(int* pidfd) {
+// With a cgroup2 node, the child is born in it (no migration, no global lock).
+pid_t clone_child(int* pidfd, int cgroup2_fd) {
   clone_args args{};
   args.flags = kCloneNamespaces | CLONE_PIDFD;
   args.pidfd = reinterpret_cast<uint64_t>(pidfd);
   args.exit_signal = SIGCHLD;
+  if (cgroup2_fd >= 0) {
+    args.flags |= CLONE_INTO_CGROUP;
+    args.cgroup = static_cast<uint64_t>(cgroup2_fd);
+  }
   return static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
 }
 
@@ -53,21 +58,26 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
   sb->control_.reset(pair[0]);
   UniqueFd child_end(pair[1]);
 
+  auto attach_fds = sb->cgroup_->open_self_attach();
+  if (!attach_fds) return std::unexpected(attach_fds.error());
+  std::vector<int> attach;
+  for (const auto& fd : *attach_fds) attach.push_back(fd.get());
+
   int pidfd = -1;
-  pid_t pid = clone_child(&pidfd);
+  pid_t pid = clone_child(&pidfd, sb->cgroup_->cgroup2_fd());
   if (pid < 0) return sys_fail("clone3 sandbox init");
   if (pid == 0) {
     sb->control_.reset();
-    InitConfig config{child_end.get(), spec.hostname, spec.rootfs, &seccomp};
+    InitConfig config{child_end.get(), spec.hostname, spec.rootfs, &seccomp, attach};
     run_init(config);
   }
+  attach_fds->clear();
   sb->init_pid_ = pid;
   sb->pidfd_.reset(pidfd);
   child_end.reset();
 
   // From here on, a failure leaves a child to kill: ~Sandbox() does it.
   if (auto r = write_id_maps(pid, spec.host_uid_base); !r) return std::unexpected(r.error());
-  if (auto r = sb->cgroup_->attach(pid); !r) return std::unexpected(r.error());
   {
     std::string userns_path = "/proc/" + std::to_string(pid) + "/ns/user";
     UniqueFd userns(::open(userns_path.c_str(), O_RDONLY | O_CLOEXEC));

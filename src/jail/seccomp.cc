@@ -16,6 +16,9 @@
 //     through to the next candidate. Hence: cases use MASKED_EQ only, the fallback
 //     is `arg0 >= 0`, and every case is tested before the fallback.
 #include "jail/seccomp.h"
+#include "common/fs.h"
+#include <cstring>
+#include <fcntl.h>
 
 #include <linux/netlink.h>
 #include <linux/seccomp.h>
@@ -354,6 +357,32 @@ Result<SeccompProgram> build_seccomp_program() {
   auto instructions = export_bpf(ctx);
   if (!instructions) return std::unexpected(instructions.error());
   return SeccompProgram{std::move(*instructions)};
+}
+
+Result<SeccompProgram> cached_seccomp_program(const std::string& cache_dir) {
+  struct stat self{};
+  if (::stat("/proc/self/exe", &self) != 0) return build_seccomp_program();
+  std::string path = cache_dir + "/seccomp-" + std::to_string(self.st_dev) + "-" + std::to_string(self.st_ino) +
+                     "-" + std::to_string(self.st_size) + "-" + std::to_string(self.st_mtim.tv_sec) + "." +
+                     std::to_string(self.st_mtim.tv_nsec) + ".bpf";
+  if (auto cached = read_file(path); cached && !cached->empty() && cached->size() % sizeof(sock_filter) == 0) {
+    SeccompProgram program;
+    program.instructions.resize(cached->size() / sizeof(sock_filter));
+    std::memcpy(program.instructions.data(), cached->data(), cached->size());
+    return program;
+  }
+  auto program = build_seccomp_program();
+  if (!program) return program;
+  // Best effort: a failed cache write only costs the next run a compile.
+  std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  if (fd) {
+    size_t bytes = program->instructions.size() * sizeof(sock_filter);
+    bool ok = ::write(fd.get(), program->instructions.data(), bytes) == static_cast<ssize_t>(bytes);
+    fd.reset();
+    if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) ::unlink(tmp.c_str());
+  }
+  return program;
 }
 
 int install_seccomp(const SeccompProgram& program) {

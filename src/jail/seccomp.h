@@ -38,6 +38,13 @@ struct SeccompProgram {
 // included, are killed). Unknown syscalls fail with ENOSYS so libc falls back.
 Result<SeccompProgram> build_seccomp_program();
 
+// build_seccomp_program() through a cache file under `cache_dir`, keyed by the
+// identity of the running cela binary (device, inode, size, mtime): the policy is
+// compiled into the binary, so a new binary means a new key. Compiling costs about
+// 2 ms per spawn; loading the cached program a few microseconds. The directory must
+// be writable by root only (the program decides what sandboxes may do).
+Result<SeccompProgram> cached_seccomp_program(const std::string& cache_dir = "/run/cela");
+
 // Installs `program` on the calling thread (prctl SECCOMP_MODE_FILTER).
 // Async-signal-safe. Requires no_new_privs or CAP_SYS_ADMIN in the current user ns.
 // Returns 0 or an errno.
