@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -59,17 +60,20 @@ Result<void> loopback_up() {
   return {};
 }
 
-Result<void> setup(const InitConfig& config, Message go) {
-  if (go.type() != "go" || go.fds.empty()) return fail(ErrorCode::internal, "expected go message with fds");
+// Setup that needs only the id maps; runs while the host prepares the root filesystem.
+Result<void> setup_namespaces(const InitConfig& config) {
   if (auto r = become_namespace_root(); !r) return r;
   // Nothing mounted from here on may propagate back to the host.
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return sys_fail("make / private");
-  // The cgroup namespace is entered only now, after the host attached this process
-  // to its cgroup, so the sandbox sees its own cgroup as the root.
+  // The cgroup namespace is entered only now, after this process joined its cgroup,
+  // so the sandbox sees its own cgroup as the root.
   if (::unshare(CLONE_NEWCGROUP) != 0) return sys_fail("unshare cgroup namespace");
   if (::sethostname(config.hostname.data(), config.hostname.size()) != 0) return sys_fail("sethostname");
-  if (auto r = loopback_up(); !r) return r;
+  return loopback_up();
+}
 
+Result<void> setup_rootfs(const InitConfig& config, Message go) {
+  if (go.type() != "rootfs" || go.fds.empty()) return fail(ErrorCode::internal, "expected rootfs message with fds");
   RootfsMounts mounts;
   mounts.overlay = std::move(go.fds[0]);
   const auto& targets = go.body.at("binds").as_array();
@@ -91,10 +95,10 @@ Result<void> setup(const InitConfig& config, Message go) {
 // ---- Starting an exec -------------------------------------------------------------
 
 // Steps an exec can fail at before execve succeeds, reported over a CLOEXEC pipe.
-enum ExecStep : int { kStepSetsid, kStepStdio, kStepRlimit, kStepCaps, kStepIds, kStepChdir,
+enum ExecStep : int { kStepCgroup, kStepSetsid, kStepStdio, kStepRlimit, kStepCaps, kStepIds, kStepChdir,
                       kStepNoNewPrivs, kStepSeccomp, kStepExecve };
 const char* step_name(int step) {
-  static const char* names[] = {"setsid", "stdio", "rlimit", "capabilities", "set ids", "chdir",
+  static const char* names[] = {"join cgroup", "setsid", "stdio", "rlimit", "capabilities", "set ids", "chdir",
                                 "no_new_privs", "seccomp", "execve"};
   return step >= 0 && step <= kStepExecve ? names[step] : "unknown";
 }
@@ -117,41 +121,65 @@ std::string env_value(const std::vector<std::string>& env, std::string_view key)
   return {};
 }
 
-// execve with a PATH search over the exec's own PATH (not init's environment).
-void exec_with_path(const ExecRequest& req, char* const* argv, char* const* envp) {
+// Everything the exec child needs, prepared by init before the child exists: the
+// child shares init's memory (CLONE_VM) and must not allocate.
+struct PreparedExec {
+  const ExecRequest* req = nullptr;
+  const SeccompProgram* seccomp = nullptr;
+  std::vector<std::string> candidates;  // execve paths to try, in PATH order
+  std::vector<char*> argv, envp;
+  std::vector<int> cgroup_fds;  // `tasks`/`cgroup.procs` files of the exec's cgroups
+  int pipes[3][2];
+  int report_fd = -1;
+};
+
+// The PATH search runs over the exec's own PATH (not init's environment).
+std::vector<std::string> exec_candidates(const ExecRequest& req) {
   const std::string& name = req.argv[0];
-  if (name.find('/') != std::string::npos) {
-    ::execve(name.c_str(), argv, envp);
-    return;
-  }
+  if (name.find('/') != std::string::npos) return {name};
   std::string path = env_value(req.env, "PATH");
   if (path.empty()) path = "/usr/local/bin:/usr/bin:/bin";
-  int saved = ENOENT;
+  std::vector<std::string> out;
   size_t start = 0;
   while (start <= path.size()) {
     size_t end = path.find(':', start);
     if (end == std::string::npos) end = path.size();
     std::string dir = path.substr(start, end - start);
-    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    ::execve(candidate.c_str(), argv, envp);
-    if (errno == EACCES) saved = EACCES;
-    else if (errno != ENOENT && errno != ENOTDIR) return;
+    out.push_back((dir.empty() ? "." : dir) + "/" + name);
     start = end + 1;
   }
-  errno = saved;
+  return out;
 }
 
-// In the forked child: from init's state to the exec's. Order matters:
-// ids after the bounding set (needs CAP_SETPCAP), seccomp last before execve.
-[[noreturn]] void become_exec(const ExecRequest& req, const SeccompProgram& seccomp, int pipes[3][2],
-                              int report_fd) {
+constexpr size_t kExecStackBytes = 256 * 1024;
+
+// The exec child's stack, reused: vfork semantics mean one child runs at a time.
+char* exec_stack_top() {
+  static void* stack = ::mmap(nullptr, kExecStackBytes, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  return stack == MAP_FAILED ? nullptr : static_cast<char*>(stack) + kExecStackBytes;
+}
+
+const std::vector<int> kNoCaps;
+const std::vector<int> kSeccompLoaderCaps{CAP_SYS_ADMIN};
+
+// The exec child: from init's state to the exec's. Order matters: join the exec's
+// cgroups first (before the child does anything), ids after the bounding set (needs
+// CAP_SETPCAP), seccomp last before execve. Runs on its own stack in init's memory
+// (vfork semantics: init is suspended until execve or _exit), so: no allocation.
+int exec_child(void* arg) {
+  const PreparedExec& p = *static_cast<PreparedExec*>(arg);
+  const ExecRequest& req = *p.req;
+  int report_fd = p.report_fd;
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  for (int fd : p.cgroup_fds)
+    if (::write(fd, "0", 1) != 1) exec_failed(report_fd, kStepCgroup, errno);
   if (::setsid() < 0) exec_failed(report_fd, kStepSetsid, errno);
   // stdio first: every pipe end is >= 3 (init's 0-2 are /dev/null), so filling 0-2
   // clobbers nothing still needed; only then may fd 3 be overwritten by the report fd.
-  if (::dup2(pipes[0][0], 0) < 0 || ::dup2(pipes[1][1], 1) < 0 || ::dup2(pipes[2][1], 2) < 0)
+  if (::dup2(p.pipes[0][0], 0) < 0 || ::dup2(p.pipes[1][1], 1) < 0 || ::dup2(p.pipes[2][1], 2) < 0)
     exec_failed(report_fd, kStepStdio, errno);
   if (::dup2(report_fd, 3) < 0 || ::fcntl(3, F_SETFD, FD_CLOEXEC) < 0) exec_failed(report_fd, kStepStdio, errno);
   report_fd = 3;
@@ -177,21 +205,20 @@ void exec_with_path(const ExecRequest& req, char* const* argv, char* const* envp
   if (req.no_new_privs) {
     if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) exec_failed(report_fd, kStepNoNewPrivs, errno);
     if (req.uid != 0)
-      if (int err = set_capabilities({})) exec_failed(report_fd, kStepCaps, err);
+      if (int err = set_capabilities(kNoCaps)) exec_failed(report_fd, kStepCaps, err);
   } else if (req.uid != 0) {
-    if (int err = set_capabilities({CAP_SYS_ADMIN})) exec_failed(report_fd, kStepCaps, err);
+    if (int err = set_capabilities(kSeccompLoaderCaps)) exec_failed(report_fd, kStepCaps, err);
   }
 
-  std::vector<char*> argv, envp;
-  for (auto& s : req.argv) argv.push_back(const_cast<char*>(s.c_str()));
-  argv.push_back(nullptr);
-  for (auto& s : req.env) envp.push_back(const_cast<char*>(s.c_str()));
-  envp.push_back(nullptr);
-
   // Last step before execve: from here on only the allowlisted syscalls exist.
-  if (int err = install_seccomp(seccomp)) exec_failed(report_fd, kStepSeccomp, err);
-  exec_with_path(req, argv.data(), envp.data());
-  exec_failed(report_fd, kStepExecve, errno);
+  if (int err = install_seccomp(*p.seccomp)) exec_failed(report_fd, kStepSeccomp, err);
+  int saved = ENOENT;
+  for (const auto& candidate : p.candidates) {
+    ::execve(candidate.c_str(), p.argv.data(), p.envp.data());
+    if (errno == EACCES) saved = EACCES;
+    else if (errno != ENOENT && errno != ENOTDIR) exec_failed(report_fd, kStepExecve, errno);
+  }
+  exec_failed(report_fd, kStepExecve, saved);
 }
 
 class Init {
@@ -217,7 +244,7 @@ class Init {
     if (!msg) ::_exit(0);
     std::string type = msg->type();
     if (type == "exec") {
-      start_exec(msg->body);
+      start_exec(*msg);
     } else if (type == "signal") {
       auto id = msg->body.at("id").to_number<uint64_t>();
       int sig = msg->body.at("signal").to_number<int>();
@@ -229,7 +256,9 @@ class Init {
     }
   }
 
-  void start_exec(const json::object& body) {
+  void start_exec(Message& msg) {
+    const json::object& body = msg.body;
+    std::vector<UniqueFd> cgroup_fds = std::move(msg.fds);  // the exec's cgroups, if any
     auto req = ExecRequest::from_json(body);
     if (!req) {
       uint64_t id = body.contains("id") ? body.at("id").to_number<uint64_t>() : 0;
@@ -245,13 +274,21 @@ class Init {
                          {{"type", "exec_error"}, {"id", req->id}, {"step", "pipe"}, {"errno", errno}});
       return;
     }
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      ::close(config_.control_fd);
-      ::close(signal_fd_);
-      become_exec(*req, *config_.seccomp, pipes, report[1]);
-    }
-    int fork_errno = errno;
+    PreparedExec prep;
+    prep.req = &*req;
+    prep.seccomp = config_.seccomp;
+    prep.candidates = exec_candidates(*req);
+    for (auto& a : req->argv) prep.argv.push_back(const_cast<char*>(a.c_str()));
+    prep.argv.push_back(nullptr);
+    for (auto& e : req->env) prep.envp.push_back(const_cast<char*>(e.c_str()));
+    prep.envp.push_back(nullptr);
+    for (auto& fd : cgroup_fds) prep.cgroup_fds.push_back(fd.get());
+    std::memcpy(prep.pipes, pipes, sizeof pipes);
+    prep.report_fd = report[1];
+    // CLONE_VM|CLONE_VFORK (what posix_spawn does): no copy of init's page tables,
+    // and init resumes only once the child has called execve or exited.
+    pid_t pid = ::clone(exec_child, exec_stack_top(), CLONE_VM | CLONE_VFORK | SIGCHLD, &prep);
+    int clone_errno = errno;
     ::close(report[1]);
     ::close(pipes[0][0]);
     ::close(pipes[1][1]);
@@ -263,7 +300,7 @@ class Init {
       while (n < 0 && errno == EINTR);
       if (n != sizeof failure) failure.step = -1;  // EOF: execve succeeded
     } else {
-      failure = {kStepExecve, fork_errno};
+      failure = {kStepExecve, clone_errno};
     }
     ::close(report[0]);
     if (failure.step >= 0) {
@@ -320,10 +357,14 @@ void run_init(const InitConfig& config) {
     if (::write(fd, "0", 1) != 1 && join_error.err == 0) join_error = {ErrorCode::system, errno, "join cgroup"};
     ::close(fd);
   }
+  // "maps": our uid/gid maps are written.
+  auto maps = recv_message(config.control_fd);
+  if (!maps) ::_exit(1);
+  if (join_error.err != 0) setup_failed(config.control_fd, join_error);
+  if (auto r = setup_namespaces(config); !r) setup_failed(config.control_fd, r.error());
   auto go = recv_message(config.control_fd);
   if (!go) ::_exit(1);
-  if (join_error.err != 0) setup_failed(config.control_fd, join_error);
-  if (auto r = setup(config, std::move(*go)); !r) setup_failed(config.control_fd, r.error());
+  if (auto r = setup_rootfs(config, std::move(*go)); !r) setup_failed(config.control_fd, r.error());
 
   int signal_fd = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
   if (signal_fd < 0) setup_failed(config.control_fd, Error{ErrorCode::system, errno, "signalfd"});

@@ -4,7 +4,11 @@
 // boundaries come from the kernel. Each message is a JSON object with a "type";
 // file descriptors travel alongside with SCM_RIGHTS (the exec's stdio pipe ends).
 //
-// host -> init:  exec {id, argv, env, cwd, uid, gid, nofile, fsize, no_new_privs}
+// host -> init:  maps {}                   id maps written: become ns root, set up
+//                rootfs {binds} + fds      the overlay and bind mounts to enter
+//                exec {id, argv, env, cwd, uid, gid, nofile, fsize, no_new_privs}
+//                     + fds                optional: cgroup files the exec joins
+//                                          by writing "0" (per-exec cgroups)
 //                signal {id, signal}       signal an exec's process group
 //                shutdown {}               kill everything, exit
 // init -> host:  ready {}                  root is assembled, execs can start

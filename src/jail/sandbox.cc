@@ -78,6 +78,7 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
 
   // From here on, a failure leaves a child to kill: ~Sandbox() does it.
   if (auto r = write_id_maps(pid, spec.host_uid_base); !r) return std::unexpected(r.error());
+  if (auto r = send_message(sb->control_fd(), {{"type", "maps"}}); !r) return std::unexpected(r.error());
   {
     std::string userns_path = "/proc/" + std::to_string(pid) + "/ns/user";
     UniqueFd userns(::open(userns_path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -90,7 +91,7 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
       targets.emplace_back(target);
       fds.push_back(fd.get());
     }
-    if (auto r = send_message(sb->control_fd(), {{"type", "go"}, {"binds", targets}}, fds); !r)
+    if (auto r = send_message(sb->control_fd(), {{"type", "rootfs"}, {"binds", targets}}, fds); !r)
       return std::unexpected(r.error());
   }  // our copies of the mount fds close here; the sandbox holds the only references
 
