@@ -2,18 +2,24 @@
 // daemon and its clients. Each subcommand registers itself from its own file.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <string_view>
 
 #include "cli/run_cmd.h"
+#include "cli/serve_cmd.h"
 #include "cli/template_cmd.h"
+#include "jail/init.h"
 #include "jail/result.h"
 
 int main(int argc, char** argv) {
+  // A sandbox's init, re-executed by a multi-threaded host side (jail/init.h).
+  if (argc == 2 && std::string_view(argv[1]) == "__init") cela::jail::run_init_reexec(cela::jail::kReexecControlFd);
   CLI::App app{"cela: a sandbox for running untrusted, AI-generated code"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "cela 0.1.0");
   int exit_code = 0;
   cela::cli::add_run_command(app, exit_code);
   cela::cli::add_template_commands(app, exit_code);
+  cela::cli::add_serve_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -11,6 +11,11 @@ std::string_view to_string(ErrorCode code) {
     case ErrorCode::permission_denied: return "permission_denied";
     case ErrorCode::system: return "system";
     case ErrorCode::limit: return "limit";
+    case ErrorCode::conflict: return "conflict";
+    case ErrorCode::gone: return "gone";
+    case ErrorCode::quota_exceeded: return "quota_exceeded";
+    case ErrorCode::capacity_exceeded: return "capacity_exceeded";
+    case ErrorCode::policy_denied: return "policy_denied";
     case ErrorCode::internal: return "internal";
   }
   return "internal";

@@ -18,7 +18,12 @@ enum class ErrorCode {
   not_found,          // a named thing (template, file, cgroup) does not exist
   permission_denied,  // the caller lacks the privilege (e.g. not root)
   system,             // a syscall failed; errno says which way
-  limit,              // a configured limit refused the operation
+  limit,              // a size or count limit refused the operation (too large)
+  conflict,           // the object is in the wrong state for the operation
+  gone,               // the object existed and has ended (a terminated session)
+  quota_exceeded,     // a tenant quota refused the operation
+  capacity_exceeded,  // the host is at capacity; retry later
+  policy_denied,      // configured policy refused the operation
   internal,           // a broken invariant inside cela
 };
 

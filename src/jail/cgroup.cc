@@ -18,6 +18,8 @@
 #include <thread>
 
 #include "common/fs.h"
+#include <signal.h>
+
 #include "jail/cgroup_backends.h"
 
 namespace cela::jail {
@@ -158,6 +160,12 @@ Result<void> make_cgroup_dir(const std::string& path) {
 }
 
 Result<void> remove_cgroup_dir(const std::string& path) {
+  // Children first (per-exec cgroups a crashed owner left): rmdir of a cgroup with
+  // child cgroups fails with EBUSY.
+  if (auto children = list_children(path); children) {
+    for (const std::string& child : *children)
+      if (auto r = remove_cgroup_dir(path + "/" + child); !r) return r;
+  }
   // A v1 cgroup stays busy for a moment after its last task exits, until the kernel
   // has released the task's css references.
   auto removed = poll_until(
@@ -169,6 +177,17 @@ Result<void> remove_cgroup_dir(const std::string& path) {
       kRmdirTimeout);
   if (!removed) return std::unexpected(removed.error());
   if (!*removed) return sys_fail("rmdir " + path, EBUSY);
+  return {};
+}
+
+Result<void> signal_tree(const std::string& dir, int sig) {
+  auto pids = read_pids(dir + "/cgroup.procs");
+  if (!pids) return std::unexpected(pids.error());
+  for (pid_t pid : *pids) ::kill(pid, sig);  // ESRCH: it just exited
+  auto children = list_children(dir);
+  if (!children) return std::unexpected(children.error());
+  for (const std::string& child : *children)
+    if (auto r = signal_tree(dir + "/" + child, sig); !r) return r;
   return {};
 }
 

@@ -57,16 +57,26 @@ class Cgroup {
   // file. A single-threaded process writing "0" to them moves itself without the
   // kernel's global threadgroup lock that cgroup.procs writes take (that lock's RCU
   // sync costs 10-20 ms per spawn). cgroup2 is joined at clone time instead
-  // (clone3 CLONE_INTO_CGROUP with cgroup2_fd()). Empty on unified hosts.
-  virtual Result<std::vector<UniqueFd>> open_self_attach() const = 0;
+  // (clone3 CLONE_INTO_CGROUP with cgroup2_fd()) unless `include_cgroup2`, which adds
+  // the cgroup2 node's cgroup.procs (slower, for children created by fork in init).
+  virtual Result<std::vector<UniqueFd>> open_self_attach(bool include_cgroup2 = false) const = 0;
   virtual Result<CgroupStats> stats() const = 0;
   // True while any process is in the cgroup.
   virtual Result<bool> populated() const = 0;
+  // Sends `sig` to every process in the cgroup (and its children), once; processes
+  // forked meanwhile may be missed (use kill_all to end a tree for sure).
+  virtual Result<void> signal_all(int sig) = 0;
   // SIGKILLs every process in the cgroup (cgroup.kill where it exists, else freeze,
   // signal, thaw — frozen tasks ignore SIGKILL until thawed).
   virtual Result<void> kill_all() = 0;
   // kill_all, wait (bounded) until empty, rmdir in every hierarchy. Idempotent.
   virtual Result<void> destroy() = 0;
+  // A child cgroup `name` (per-exec accounting and kill-all inside a session). It
+  // lives under the parent's limits; the parent's destroy() removes leftover children
+  // first. On hybrid hosts the child exists in the v1 hierarchies only (it is killed
+  // through its v1 freezer); on v2 it has no controllers of its own (the parent holds
+  // processes), so it reports CPU and kills, but no memory peak.
+  virtual Result<std::unique_ptr<Cgroup>> create_child(const std::string& name) = 0;
   // A directory fd of the cgroup2 node (unified or hybrid's unified) for
   // clone3(CLONE_INTO_CGROUP), or -1 when the mode has none.
   virtual int cgroup2_fd() const = 0;

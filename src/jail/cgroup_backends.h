@@ -43,6 +43,8 @@ Result<uint64_t> read_key(const std::string& path, std::string_view key);
 // read_u64, or 0 when the file does not exist (an interface newer than the kernel).
 Result<uint64_t> read_u64_or_zero(const std::string& path);
 Result<std::vector<pid_t>> read_pids(const std::string& procs_path);
+// kill(pid, sig) for every pid in `dir`'s cgroup.procs and in its child cgroups'.
+Result<void> signal_tree(const std::string& dir, int sig);
 // SIGKILLs every pid listed in `procs_path`; a pid that already exited is fine.
 Result<void> kill_listed(const std::string& procs_path);
 

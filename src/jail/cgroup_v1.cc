@@ -43,11 +43,13 @@ class CgroupV1 final : public Cgroup {
   const std::string& name() const override { return name_; }
   Result<void> apply(const CgroupLimits& limits) override;
   Result<void> attach(pid_t pid) override;
-  Result<std::vector<UniqueFd>> open_self_attach() const override;
+  Result<std::vector<UniqueFd>> open_self_attach(bool include_cgroup2) const override;
   Result<CgroupStats> stats() const override;
   Result<bool> populated() const override;
+  Result<void> signal_all(int sig) override { return signal_tree(paths_.memory, sig); }
   Result<void> kill_all() override;
   Result<void> destroy() override;
+  Result<std::unique_ptr<Cgroup>> create_child(const std::string& name) override;
   int cgroup2_fd() const override { return unified_fd_.get(); }
   // For an adopted stale cgroup whose destroy() failure the caller already reports.
   void forget() { destroyed_ = true; }
@@ -102,11 +104,12 @@ Result<void> CgroupV1::attach(pid_t pid) {
   return {};
 }
 
-Result<std::vector<UniqueFd>> CgroupV1::open_self_attach() const {
+Result<std::vector<UniqueFd>> CgroupV1::open_self_attach(bool include_cgroup2) const {
   std::vector<UniqueFd> fds;
   for (const std::string& dir : paths_.all) {
-    if (dir == paths_.unified) continue;  // cgroup2: joined with CLONE_INTO_CGROUP
-    std::string path = dir + "/tasks";
+    bool cgroup2 = dir == paths_.unified;
+    if (cgroup2 && !include_cgroup2) continue;  // joined with CLONE_INTO_CGROUP
+    std::string path = dir + (cgroup2 ? "/cgroup.procs" : "/tasks");
     UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
     if (!fd) return sys_fail("open " + path);
     fds.push_back(std::move(fd));
@@ -201,6 +204,23 @@ Result<void> CgroupV1::destroy() {
   unified_fd_.reset();
   destroyed_ = true;
   return {};
+}
+
+Result<std::unique_ptr<Cgroup>> CgroupV1::create_child(const std::string& name) {
+  if (auto r = check_name(name); !r) return std::unexpected(r.error());
+  auto in = [&](const std::string& dir) { return dir.empty() ? std::string() : dir + "/" + name; };
+  // No cgroup2 part: joining it would take the global lock (see open_self_attach).
+  V1Paths child{in(paths_.memory), in(paths_.cpu), in(paths_.cpuacct), in(paths_.pids), in(paths_.freezer),
+                std::string(), {}};
+  CreatedDirs created;
+  for (const std::string& dir : paths_.all) {
+    if (dir == paths_.unified) continue;
+    child.all.push_back(dir + "/" + name);
+    if (auto r = make_cgroup_dir(child.all.back()); !r) return std::unexpected(r.error());
+    created.add(child.all.back());
+  }
+  created.commit();
+  return std::make_unique<CgroupV1>(name_ + "/" + name, std::move(child), UniqueFd());
 }
 
 // memory.use_hierarchy must be 1 before cela/ has children, or its children's usage

@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "common/fs.h"
+#include <fcntl.h>
+
 #include "jail/cgroup_backends.h"
 
 namespace cela::jail {
@@ -28,9 +30,28 @@ class CgroupV2 final : public Cgroup {
   Result<void> attach(pid_t pid) override {
     return write_file(file("cgroup.procs"), std::to_string(pid));
   }
-  Result<std::vector<UniqueFd>> open_self_attach() const override { return std::vector<UniqueFd>{}; }
+  Result<std::vector<UniqueFd>> open_self_attach(bool include_cgroup2) const override {
+    std::vector<UniqueFd> fds;
+    if (!include_cgroup2) return fds;
+    UniqueFd fd(::open(file("cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd) return sys_fail("open " + file("cgroup.procs"));
+    fds.push_back(std::move(fd));
+    return fds;
+  }
+  Result<std::unique_ptr<Cgroup>> create_child(const std::string& name) override {
+    if (auto r = check_name(name); !r) return std::unexpected(r.error());
+    std::string dir = dir_ + "/" + name;
+    if (auto r = make_cgroup_dir(dir); !r) return std::unexpected(r.error());
+    auto fd = open_dir(dir);
+    if (!fd) {
+      ::rmdir(dir.c_str());
+      return std::unexpected(fd.error());
+    }
+    return std::make_unique<CgroupV2>(name_ + "/" + name, dir, std::move(*fd));
+  }
   Result<CgroupStats> stats() const override;
   Result<bool> populated() const override { return cgroup2_populated(dir_); }
+  Result<void> signal_all(int sig) override { return signal_tree(dir_, sig); }
   Result<void> kill_all() override;
   Result<void> destroy() override;
   int cgroup2_fd() const override { return fd_.get(); }

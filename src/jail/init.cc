@@ -63,6 +63,8 @@ Result<void> loopback_up() {
 // Setup that needs only the id maps; runs while the host prepares the root filesystem.
 Result<void> setup_namespaces(const InitConfig& config) {
   if (auto r = become_namespace_root(); !r) return r;
+  // Changing credentials cleared the parent-death signal: set it again.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   // Nothing mounted from here on may propagate back to the host.
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return sys_fail("make / private");
   // The cgroup namespace is entered only now, after this process joined its cgroup,
@@ -351,16 +353,13 @@ void run_init(const InitConfig& config) {
   sigaddset(&chld, SIGCHLD);
   ::sigprocmask(SIG_BLOCK, &chld, nullptr);
 
-  // Join the v1 cgroups first, before this process allocates or forks anything.
-  Error join_error;
-  for (int fd : config.cgroup_tasks_fds) {
-    if (::write(fd, "0", 1) != 1 && join_error.err == 0) join_error = {ErrorCode::system, errno, "join cgroup"};
-    ::close(fd);
-  }
-  // "maps": our uid/gid maps are written.
+  // "maps": our uid/gid maps are written; its fds are the v1 cgroup `tasks` files to
+  // join (by writing "0": see Cgroup::open_self_attach) before anything else.
   auto maps = recv_message(config.control_fd);
   if (!maps) ::_exit(1);
-  if (join_error.err != 0) setup_failed(config.control_fd, join_error);
+  for (auto& fd : maps->fds)
+    if (::write(fd.get(), "0", 1) != 1) setup_failed(config.control_fd, Error{ErrorCode::system, errno, "join cgroup"});
+  maps->fds.clear();
   if (auto r = setup_namespaces(config); !r) setup_failed(config.control_fd, r.error());
   auto go = recv_message(config.control_fd);
   if (!go) ::_exit(1);
@@ -375,6 +374,28 @@ void run_init(const InitConfig& config) {
   ::syscall(SYS_close_range, high + 1, ~0U, 0);
   if (auto r = send_message(config.control_fd, {{"type", "ready"}}); !r) ::_exit(1);
   Init(config, signal_fd).serve();
+}
+
+void run_init_reexec(int control_fd) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  auto msg = recv_message(control_fd);
+  if (!msg) ::_exit(1);
+  if (msg->type() != "config") setup_failed(control_fd, Error{ErrorCode::internal, 0, "expected config message"});
+  // The host side compiled (and cached) the program before starting us.
+  static SeccompProgram seccomp;
+  auto program = cached_seccomp_program();
+  if (!program) setup_failed(control_fd, program.error());
+  seccomp = std::move(*program);
+  static InitConfig config;
+  try {
+    config.control_fd = control_fd;
+    config.hostname = std::string(msg->body.at("hostname").as_string());
+    config.rootfs.shm_bytes = msg->body.at("shm_bytes").to_number<uint64_t>();
+    config.seccomp = &seccomp;
+  } catch (const std::exception& e) {
+    setup_failed(control_fd, Error{ErrorCode::internal, 0, std::string("bad config message: ") + e.what()});
+  }
+  run_init(config);
 }
 
 }  // namespace cela::jail

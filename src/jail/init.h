@@ -22,9 +22,18 @@ struct InitConfig {
   std::string hostname;
   RootfsSpec rootfs;
   const SeccompProgram* seccomp = nullptr;  // compiled by the host side before clone
-  std::vector<int> cgroup_tasks_fds;        // v1 `tasks` files to join by writing "0"
 };
 
+// The cloned child runs this directly when the host side is single-threaded.
 [[noreturn]] void run_init(const InitConfig& config);
+
+// Entry of `cela __init` (the child re-executed itself, as a multi-threaded host side
+// must: after clone only async-signal-safe calls are allowed until execve). The
+// first message on `control_fd` is `config` {hostname, shm_bytes}; the seccomp
+// program comes from the cache the host side filled (cached_seccomp_program).
+[[noreturn]] void run_init_reexec(int control_fd);
+
+// The fd the re-executed init finds its control socket on.
+inline constexpr int kReexecControlFd = 3;
 
 }  // namespace cela::jail

@@ -4,7 +4,9 @@
 // boundaries come from the kernel. Each message is a JSON object with a "type";
 // file descriptors travel alongside with SCM_RIGHTS (the exec's stdio pipe ends).
 //
-// host -> init:  maps {}                   id maps written: become ns root, set up
+// host -> init:  config {hostname, shm_bytes}  only to a re-executed init (cela __init)
+//                maps {} + fds             id maps written: join the cgroups (fds),
+//                                          become ns root, set up namespaces
 //                rootfs {binds} + fds      the overlay and bind mounts to enter
 //                exec {id, argv, env, cwd, uid, gid, nofile, fsize, no_new_privs}
 //                     + fds                optional: cgroup files the exec joins

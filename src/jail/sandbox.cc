@@ -62,23 +62,49 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
   if (!attach_fds) return std::unexpected(attach_fds.error());
   std::vector<int> attach;
   for (const auto& fd : *attach_fds) attach.push_back(fd.get());
+  if (spec.reexec_init) {
+    // Warm the cache the re-executed init loads its seccomp program from.
+    (void)cached_seccomp_program();
+  }
 
   int pidfd = -1;
   pid_t pid = clone_child(&pidfd, sb->cgroup_->cgroup2_fd());
   if (pid < 0) return sys_fail("clone3 sandbox init");
   if (pid == 0) {
+    if (spec.reexec_init) {
+      // Only async-signal-safe calls until execve: the parent may be multi-threaded
+      // (raw syscalls: glibc's set*id would try to sync threads this child lacks).
+      // execve keeps capabilities only for the namespace's root, so wait for the id
+      // maps ("mapped") and take ns-root's ids first.
+      char byte;
+      if (::recv(child_end.get(), &byte, 1, 0) != 1) ::_exit(127);
+      if (::syscall(SYS_setresgid, 0, 0, 0) != 0 || ::syscall(SYS_setgroups, 0, nullptr) != 0 ||
+          ::syscall(SYS_setresuid, 0, 0, 0) != 0)
+        ::_exit(126);
+      if (::dup2(child_end.get(), kReexecControlFd) < 0) ::_exit(127);
+      char arg0[] = "cela", arg1[] = "__init";
+      char* argv[] = {arg0, arg1, nullptr};
+      char* envp[] = {nullptr};
+      ::execve("/proc/self/exe", argv, envp);
+      ::_exit(127);
+    }
     sb->control_.reset();
-    InitConfig config{child_end.get(), spec.hostname, spec.rootfs, &seccomp, attach};
+    InitConfig config{child_end.get(), spec.hostname, spec.rootfs, &seccomp};
     run_init(config);
   }
-  attach_fds->clear();
   sb->init_pid_ = pid;
   sb->pidfd_.reset(pidfd);
   child_end.reset();
 
   // From here on, a failure leaves a child to kill: ~Sandbox() does it.
   if (auto r = write_id_maps(pid, spec.host_uid_base); !r) return std::unexpected(r.error());
-  if (auto r = send_message(sb->control_fd(), {{"type", "maps"}}); !r) return std::unexpected(r.error());
+  if (spec.reexec_init) {
+    if (::send(sb->control_fd(), "m", 1, MSG_NOSIGNAL) != 1) return sys_fail("signal id maps to init");
+    json::object config{{"type", "config"}, {"hostname", spec.hostname}, {"shm_bytes", spec.rootfs.shm_bytes}};
+    if (auto r = send_message(sb->control_fd(), config); !r) return std::unexpected(r.error());
+  }
+  if (auto r = send_message(sb->control_fd(), {{"type", "maps"}}, attach); !r) return std::unexpected(r.error());
+  attach_fds->clear();
   {
     std::string userns_path = "/proc/" + std::to_string(pid) + "/ns/user";
     UniqueFd userns(::open(userns_path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -144,6 +170,14 @@ Result<StartedExec> Sandbox::exec(ExecRequest request) {
   out.stdout_r = std::move(reply->fds[1]);
   out.stderr_r = std::move(reply->fds[2]);
   return out;
+}
+
+Result<void> Sandbox::send_exec(const ExecRequest& request, const std::vector<int>& fds) {
+  return send_message(control_fd(), request.to_json(), fds);
+}
+
+Result<void> Sandbox::signal_exec(uint64_t id, int sig) {
+  return send_message(control_fd(), {{"type", "signal"}, {"id", id}, {"signal", sig}});
 }
 
 Result<Message> Sandbox::next_event() {

@@ -34,6 +34,9 @@ struct SandboxSpec {
   RootfsSpec rootfs;
   CgroupLimits limits;
   uint32_t host_uid_base = 0;  // host uid that is root inside (from a UidSlot)
+  // Re-execute cela as init (`cela __init`) instead of running on in the cloned copy:
+  // required when the caller is multi-threaded (the daemon); costs one execve.
+  bool reexec_init = false;
 };
 
 struct StartedExec {
@@ -55,7 +58,8 @@ struct TeardownReport {
 
 class Sandbox {
  public:
-  // The caller must be single-threaded: the child runs on after clone without exec.
+  // Unless spec.reexec_init, the caller must be single-threaded: the child runs on
+  // after clone without exec.
   static Result<std::unique_ptr<Sandbox>> start(const SandboxSpec& spec, CgroupHost& cgroups,
                                                 const SeccompProgram& seccomp);
   ~Sandbox();
@@ -66,6 +70,12 @@ class Sandbox {
   // start (bad cwd, command not found) yields ExecStartError in the Error's context
   // as "<step>" with its errno.
   Result<StartedExec> exec(ExecRequest request);
+
+  // Sends an exec request without waiting for its reply (for an event loop that reads
+  // the control socket itself); `fds` ride along (cgroup files the exec joins).
+  Result<void> send_exec(const ExecRequest& request, const std::vector<int>& fds = {});
+  // Asks init to signal the process group of exec `id`.
+  Result<void> signal_exec(uint64_t id, int sig);
 
   // The control socket: poll it, then next_event() returns one message (`exited`,
   // ...). EOF means init died.

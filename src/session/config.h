@@ -1,0 +1,61 @@
+// DaemonConfig: everything `cela serve` can be told, with embedded defaults that
+// work on one machine with no file at all. Loaded from a JSON file (docs/operations.md
+// lists every key); unknown keys are an error so a typo never silently does nothing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <boost/json/object.hpp>
+
+#include "common/error.h"
+
+namespace cela::session {
+
+struct SessionDefaults {
+  double cpus = 1.0;
+  uint64_t memory_mb = 512;
+  uint64_t disk_mb = 1024;
+  uint64_t pids = 256;
+  uint64_t ttl_s = 3600;
+  uint64_t idle_timeout_s = 600;
+  uint64_t exec_timeout_s = 300;
+};
+
+struct SessionMaxima {  // what a create request may ask for at most
+  double cpus = 4.0;
+  uint64_t memory_mb = 8192;
+  uint64_t disk_mb = 16384;
+  uint64_t pids = 4096;
+  uint64_t ttl_s = 86400;
+  uint64_t exec_timeout_s = 3600;
+};
+
+struct TenantQuotaDefaults {  // quotas of tenants created without explicit ones
+  int64_t max_sessions = 50;
+  int64_t max_memory_mb = 32768;
+  double max_cpus = 4.0;  // per session
+};
+
+struct DaemonConfig {
+  std::string state_dir = "/var/lib/cela/state";
+  std::string templates_dir = "/var/lib/cela/templates";
+  std::string socket_path = "/run/cela/cela.sock";
+  std::string listen = "127.0.0.1:8080";  // "" disables TCP
+  std::string default_template = "base";
+  int64_t max_sessions = 100;               // host-wide
+  uint64_t output_cap_bytes = 16ull << 20;  // per exec and stream
+  uint64_t max_body_bytes = 1ull << 20;     // JSON bodies
+  uint64_t max_upload_bytes = 256ull << 20; // file uploads and archives
+  int http_threads = 2;
+  int blocking_threads = 16;
+  SessionDefaults defaults;
+  SessionMaxima maxima;
+  TenantQuotaDefaults quotas;
+
+  // Reads a JSON config file over the defaults.
+  static Result<DaemonConfig> load(const std::string& path);
+  static Result<DaemonConfig> from_json(const boost::json::object& object);
+};
+
+}  // namespace cela::session

@@ -1,0 +1,164 @@
+// The rows cela keeps about tenants, API keys, sessions and execs; their API JSON
+// (the object shapes of API.md); RFC 3339 timestamps; random ids.
+//
+// Records are plain values. Text fields that may be unset (ready_at, ended_at,
+// reasons) are "" when unset and serialise as JSON null. Timestamps are RFC 3339 UTC
+// with milliseconds, "2026-11-29T10:05:00.123Z", which sort as strings.
+#pragma once
+
+#include <boost/json.hpp>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+
+namespace cela::store {
+
+// ---- Tenants and keys ----
+
+// Per-tenant ceilings on live sessions and the sum of their limits; 0 = unlimited.
+struct Quotas {
+  int64_t max_sessions = 0;
+  int64_t max_memory_mb = 0;
+  double max_cpus = 0;
+};
+
+struct TenantRecord {
+  std::string id;  // "t-<16 hex>"
+  std::string name;
+  Quotas quotas;
+  std::string created_at;
+};
+
+// An API key as stored: the key itself is never kept, only its sha256.
+struct KeyRecord {
+  std::string id;  // "k-<16 hex>", safe to show and log
+  std::string tenant_id;
+  bool admin = false;
+  std::string created_at;
+  bool revoked = false;
+};
+
+// What create_key hands back, once: `key` is the only copy of the plaintext.
+struct IssuedKey {
+  std::string id;
+  std::string key;  // "cela_<64 hex>"
+};
+
+// ---- Sessions ----
+
+// Session states. starting/ready/running/paused are live (the session holds a
+// cgroup, a rootfs and an init); terminated/failed are final.
+namespace session_state {
+inline constexpr std::string_view starting = "starting";
+inline constexpr std::string_view ready = "ready";
+inline constexpr std::string_view running = "running";
+inline constexpr std::string_view paused = "paused";
+inline constexpr std::string_view terminated = "terminated";
+inline constexpr std::string_view failed = "failed";
+}  // namespace session_state
+
+bool is_session_state(std::string_view state);
+bool is_live_session_state(std::string_view state);
+
+struct SessionRecord {
+  std::string id;  // "s-<16 hex>"
+  std::string tenant_id;
+  std::string state = std::string(session_state::starting);
+  std::string template_ref;     // "base@2026.11.29-2"
+  boost::json::object limits;   // API.md limits: cpus, memory_mb, disk_mb, pids, ttl_s, ...
+  boost::json::object network;  // {"mode": "none"} or {"mode": "allowlist", "allow": [...]}
+  std::map<std::string, std::string> metadata;
+  boost::json::object spec;  // the accepted create request, minus secret values:
+                             // what recovery needs to re-adopt the session
+  std::string created_at;    // required on insert
+  std::string ready_at;
+  std::string expires_at;
+  std::string last_activity_at;  // for idle_timeout_s
+  int64_t idle_timeout_s = 0;    // 0 = none
+  std::optional<int64_t> startup_ms;
+  int64_t slot = -1;               // host slot (uid range, cpu set...), -1 = none
+  std::string cgroup;              // cgroup path of the session, "" = none yet
+  int64_t init_pid = 0;            // host pid of the session's init, 0 = none
+  std::string termination_reason;  // "deleted", "ttl_expired", "idle_timeout", "init_died", ...
+  std::string termination_at;
+  std::string termination_message;
+  boost::json::value cleanup;  // the DELETE cleanup report; null until cleaned up
+};
+
+// API.md session object: id, state, template, limits, network, created_at, ready_at,
+// expires_at, metadata, termination ({reason, at, message} or null), startup_ms;
+// plus cleanup when there is a report.
+boost::json::object to_json(const SessionRecord& session);
+
+// ---- Execs ----
+
+namespace exec_state {
+inline constexpr std::string_view running = "running";
+inline constexpr std::string_view exited = "exited";
+inline constexpr std::string_view killed = "killed";
+inline constexpr std::string_view timed_out = "timed_out";
+inline constexpr std::string_view oom_killed = "oom_killed";
+inline constexpr std::string_view failed = "failed";
+}  // namespace exec_state
+
+bool is_exec_state(std::string_view state);
+
+struct ExecRecord {
+  std::string id;  // "e-<16 hex>"
+  std::string session_id;
+  std::string tenant_id;
+  std::vector<std::string> argv;  // empty when cmd is set
+  std::string cmd;                // shell line for /bin/sh -c, "" when argv is set
+  std::string cwd;
+  std::string user;  // "user" or "root"
+  std::string state = std::string(exec_state::running);
+  std::optional<int64_t> exit_code;
+  std::optional<int64_t> signal;
+  std::string reason;      // one line: "memory limit 512 MiB reached; killed by OOM"
+  std::string started_at;  // required on insert
+  std::string ended_at;
+  std::optional<int64_t> duration_ms;
+  std::optional<int64_t> cpu_ms;
+  std::optional<int64_t> peak_memory_bytes;
+  int64_t stdout_bytes = 0;
+  int64_t stderr_bytes = 0;
+  bool output_truncated = false;
+  bool partial = false;  // produced output, then failed
+};
+
+// API.md exec object: id, session_id, argv|cmd, cwd, user, state, exit_code, signal,
+// reason, started_at, ended_at, duration_ms, cpu_ms, peak_memory_bytes,
+// stdout_bytes, stderr_bytes, output_truncated, partial.
+boost::json::object to_json(const ExecRecord& exec);
+
+// Where an exec's captured stream lives on disk; the session layer writes the bytes.
+struct OutputRecord {
+  std::string exec_id;
+  std::string stream;  // "stdout" or "stderr"
+  std::string path;
+  int64_t bytes = 0;
+  bool truncated = false;
+};
+
+boost::json::object to_json(const TenantRecord& tenant);
+
+// ---- Time and ids ----
+
+int64_t now_ms();  // wall clock, milliseconds since the Unix epoch
+// "2026-11-29T10:05:00.123Z"
+std::string format_rfc3339(int64_t epoch_ms);
+std::string now_rfc3339();
+// Accepts RFC 3339 date-times with any offset ("Z", "+02:00") and an optional
+// fraction (digits past milliseconds are dropped). Returns epoch milliseconds.
+Result<int64_t> parse_rfc3339(std::string_view text);
+
+// prefix + "-" + 16 lowercase hex characters from RAND_bytes: "s-1f3a09c2b4d5e6f7".
+// Aborts if the CSPRNG fails: without entropy cela cannot issue ids or keys safely.
+std::string new_id(std::string_view prefix);
+
+}  // namespace cela::store

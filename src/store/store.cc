@@ -1,0 +1,990 @@
+#include "store/store.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <charconv>
+#include <iterator>
+
+#include "common/fd.h"
+
+namespace cela::store {
+
+namespace json = boost::json;
+
+namespace {
+
+// ---- Schema ----
+
+// Migration N (1-based) brings the schema from user_version N-1 to N. Append only:
+// a released migration is never edited.
+constexpr std::string_view kMigrations[] = {
+    // 1: everything.
+    R"sql(
+CREATE TABLE tenants (
+  id            TEXT PRIMARY KEY,
+  name          TEXT NOT NULL UNIQUE,
+  max_sessions  INTEGER NOT NULL DEFAULT 0,   -- 0 = unlimited
+  max_memory_mb INTEGER NOT NULL DEFAULT 0,
+  max_cpus      REAL NOT NULL DEFAULT 0,
+  created_at    TEXT NOT NULL
+) STRICT;
+
+CREATE TABLE api_keys (
+  id         TEXT PRIMARY KEY,
+  tenant_id  TEXT NOT NULL REFERENCES tenants(id),
+  hash       TEXT NOT NULL UNIQUE,            -- sha256 hex; the key itself is never stored
+  admin      INTEGER NOT NULL DEFAULT 0,
+  created_at TEXT NOT NULL,
+  revoked    INTEGER NOT NULL DEFAULT 0
+) STRICT;
+CREATE INDEX api_keys_by_tenant ON api_keys(tenant_id);
+
+CREATE TABLE sessions (
+  id                  TEXT PRIMARY KEY,
+  tenant_id           TEXT NOT NULL REFERENCES tenants(id),
+  state               TEXT NOT NULL CHECK (state IN
+                        ('starting', 'ready', 'running', 'paused', 'terminated', 'failed')),
+  template_ref        TEXT NOT NULL,
+  limits              TEXT NOT NULL DEFAULT '{}',   -- JSON object
+  network             TEXT NOT NULL DEFAULT '{}',   -- JSON object
+  metadata            TEXT NOT NULL DEFAULT '{}',   -- JSON object of strings
+  spec                TEXT NOT NULL DEFAULT '{}',   -- JSON object
+  created_at          TEXT NOT NULL,
+  created_ms          INTEGER NOT NULL,             -- created_at as epoch ms, for ordering
+  ready_at            TEXT,
+  expires_at          TEXT,
+  last_activity_at    TEXT,
+  idle_timeout_s      INTEGER NOT NULL DEFAULT 0,
+  startup_ms          INTEGER,
+  slot                INTEGER NOT NULL DEFAULT -1,
+  cgroup              TEXT,
+  init_pid            INTEGER NOT NULL DEFAULT 0,
+  termination_reason  TEXT,
+  termination_at      TEXT,
+  termination_message TEXT,
+  cleanup             TEXT                          -- JSON, the DELETE report
+) STRICT;
+CREATE INDEX sessions_by_tenant ON sessions(tenant_id, created_ms DESC, id DESC);
+CREATE INDEX sessions_by_state ON sessions(state);
+
+CREATE TABLE execs (
+  id                TEXT PRIMARY KEY,
+  session_id        TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  tenant_id         TEXT NOT NULL REFERENCES tenants(id),
+  argv              TEXT NOT NULL DEFAULT '[]',     -- JSON array of strings
+  cmd               TEXT,
+  cwd               TEXT NOT NULL,
+  user_name         TEXT NOT NULL,
+  state             TEXT NOT NULL CHECK (state IN
+                      ('running', 'exited', 'killed', 'timed_out', 'oom_killed', 'failed')),
+  exit_code         INTEGER,
+  signal            INTEGER,
+  reason            TEXT,
+  started_at        TEXT NOT NULL,
+  started_ms        INTEGER NOT NULL,
+  ended_at          TEXT,
+  duration_ms       INTEGER,
+  cpu_ms            INTEGER,
+  peak_memory_bytes INTEGER,
+  stdout_bytes      INTEGER NOT NULL DEFAULT 0,
+  stderr_bytes      INTEGER NOT NULL DEFAULT 0,
+  output_truncated  INTEGER NOT NULL DEFAULT 0,
+  partial           INTEGER NOT NULL DEFAULT 0
+) STRICT;
+CREATE INDEX execs_by_session ON execs(session_id, started_ms, id);
+CREATE INDEX execs_by_state ON execs(state);
+
+CREATE TABLE exec_output (
+  exec_id   TEXT NOT NULL REFERENCES execs(id) ON DELETE CASCADE,
+  stream    TEXT NOT NULL CHECK (stream IN ('stdout', 'stderr')),
+  path      TEXT NOT NULL,
+  bytes     INTEGER NOT NULL DEFAULT 0,
+  truncated INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (exec_id, stream)
+) STRICT;
+)sql",
+};
+constexpr int64_t kSchemaVersion = std::size(kMigrations);
+
+constexpr std::string_view kLiveStates = "('starting', 'ready', 'running', 'paused')";
+
+constexpr std::string_view kTenantColumns =
+    "id, name, max_sessions, max_memory_mb, max_cpus, created_at";
+constexpr std::string_view kKeyColumns = "id, tenant_id, admin, created_at, revoked";
+constexpr std::string_view kSessionColumns =
+    "id, tenant_id, state, template_ref, limits, network, metadata, spec, created_at, "
+    "ready_at, expires_at, last_activity_at, idle_timeout_s, startup_ms, slot, cgroup, "
+    "init_pid, termination_reason, termination_at, termination_message, cleanup";
+constexpr std::string_view kExecColumns =
+    "id, session_id, tenant_id, argv, cmd, cwd, user_name, state, exit_code, signal, reason, "
+    "started_at, ended_at, duration_ms, cpu_ms, peak_memory_bytes, stdout_bytes, "
+    "stderr_bytes, output_truncated, partial";
+
+std::string select_from(std::string_view columns, std::string_view rest) {
+  std::string sql = "SELECT ";
+  sql += columns;
+  sql += ' ';
+  sql += rest;
+  return sql;
+}
+
+// ---- Encoding helpers ----
+
+std::string hex(const unsigned char* data, size_t size) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(size * 2);
+  for (size_t i = 0; i < size; ++i) {
+    out += kHex[data[i] >> 4];
+    out += kHex[data[i] & 0xf];
+  }
+  return out;
+}
+
+std::optional<std::string> unhex(std::string_view text) {
+  if (text.size() % 2 != 0) return std::nullopt;
+  std::string out;
+  for (size_t i = 0; i < text.size(); i += 2) {
+    unsigned value = 0;
+    auto [end, ec] = std::from_chars(text.data() + i, text.data() + i + 2, value, 16);
+    if (ec != std::errc() || end != text.data() + i + 2) return std::nullopt;
+    out += static_cast<char>(value);
+  }
+  return out;
+}
+
+std::string sha256_hex(std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  if (EVP_Digest(data.data(), data.size(), md, &size, EVP_sha256(), nullptr) != 1) {
+    std::abort();  // sha256 is always available; failure means a broken OpenSSL
+  }
+  return hex(md, size);
+}
+
+// The paging cursor: opaque to clients, "<created_ms>:<id>" in hex inside.
+std::string encode_cursor(int64_t created_ms, const std::string& id) {
+  std::string raw = std::to_string(created_ms) + ":" + id;
+  return hex(reinterpret_cast<const unsigned char*>(raw.data()), raw.size());
+}
+
+Result<std::pair<int64_t, std::string>> decode_cursor(std::string_view cursor) {
+  auto bad = [] { return fail(ErrorCode::invalid_argument, "list sessions: invalid cursor"); };
+  auto raw = unhex(cursor);
+  if (!raw) return bad();
+  const size_t colon = raw->find(':');
+  if (colon == std::string::npos || colon + 1 == raw->size()) return bad();
+  int64_t created_ms = 0;
+  auto [end, ec] = std::from_chars(raw->data(), raw->data() + colon, created_ms);
+  if (ec != std::errc() || end != raw->data() + colon) return bad();
+  return std::pair{created_ms, raw->substr(colon + 1)};
+}
+
+std::string dump(const json::value& value) {
+  return json::serialize(value);
+}
+
+std::string dump_metadata(const std::map<std::string, std::string>& metadata) {
+  json::object o;
+  for (const auto& [key, value] : metadata) o[key] = value;
+  return json::serialize(o);
+}
+
+std::string dump_argv(const std::vector<std::string>& argv) {
+  json::array a;
+  for (const auto& arg : argv) a.emplace_back(arg);
+  return json::serialize(a);
+}
+
+Result<json::value> parse_json(std::string_view text, const std::string& what) {
+  if (text.empty()) return json::value(nullptr);
+  boost::system::error_code ec;
+  json::value value = json::parse(text, ec);
+  if (ec) return fail(ErrorCode::internal, what + ": stored JSON is corrupt: " + ec.message());
+  return value;
+}
+
+Result<json::object> parse_object(std::string_view text, const std::string& what) {
+  auto value = parse_json(text, what);
+  if (!value) return std::unexpected(value.error());
+  if (value->is_null()) return json::object();
+  if (!value->is_object()) return fail(ErrorCode::internal, what + ": stored JSON is no object");
+  return std::move(value->as_object());
+}
+
+// A number from a limits object ("memory_mb": 512, "cpus": 1.5); 0 when absent.
+double number_field(const json::object& o, std::string_view key) {
+  const json::value* value = o.if_contains(key);
+  if (value == nullptr || !value->is_number()) return 0;
+  boost::system::error_code ec;
+  double number = value->to_number<double>(ec);
+  return ec ? 0 : number;
+}
+
+// ---- Row readers (columns in the order of the k*Columns lists) ----
+
+TenantRecord read_tenant(Stmt& stmt) {
+  Row r(stmt);
+  TenantRecord t;
+  t.id = r.text();
+  t.name = r.text();
+  t.quotas.max_sessions = r.int64();
+  t.quotas.max_memory_mb = r.int64();
+  t.quotas.max_cpus = r.real();
+  t.created_at = r.text();
+  return t;
+}
+
+KeyRecord read_key(Stmt& stmt) {
+  Row r(stmt);
+  KeyRecord k;
+  k.id = r.text();
+  k.tenant_id = r.text();
+  k.admin = r.boolean();
+  k.created_at = r.text();
+  k.revoked = r.boolean();
+  return k;
+}
+
+Result<SessionRecord> read_session(Stmt& stmt) {
+  Row r(stmt);
+  SessionRecord s;
+  s.id = r.text();
+  const std::string what = "session " + s.id;
+  s.tenant_id = r.text();
+  s.state = r.text();
+  s.template_ref = r.text();
+  auto limits = parse_object(r.text(), what + " limits");
+  auto network = parse_object(r.text(), what + " network");
+  auto metadata = parse_object(r.text(), what + " metadata");
+  auto spec = parse_object(r.text(), what + " spec");
+  for (auto* parsed : {&limits, &network, &metadata, &spec}) {
+    if (!*parsed) return std::unexpected(parsed->error());
+  }
+  s.limits = std::move(*limits);
+  s.network = std::move(*network);
+  for (const auto& [key, value] : *metadata) {
+    s.metadata[std::string(key)] =
+        value.is_string() ? std::string(value.get_string()) : json::serialize(value);
+  }
+  s.spec = std::move(*spec);
+  s.created_at = r.text();
+  s.ready_at = r.text();
+  s.expires_at = r.text();
+  s.last_activity_at = r.text();
+  s.idle_timeout_s = r.int64();
+  s.startup_ms = r.optional_int64();
+  s.slot = r.int64();
+  s.cgroup = r.text();
+  s.init_pid = r.int64();
+  s.termination_reason = r.text();
+  s.termination_at = r.text();
+  s.termination_message = r.text();
+  auto cleanup = parse_json(r.text(), what + " cleanup");
+  if (!cleanup) return std::unexpected(cleanup.error());
+  s.cleanup = std::move(*cleanup);
+  return s;
+}
+
+Result<ExecRecord> read_exec(Stmt& stmt) {
+  Row r(stmt);
+  ExecRecord e;
+  e.id = r.text();
+  e.session_id = r.text();
+  e.tenant_id = r.text();
+  auto argv = parse_json(r.text(), "exec " + e.id + " argv");
+  if (!argv) return std::unexpected(argv.error());
+  if (const json::array* a = argv->if_array()) {
+    for (const auto& arg : *a) {
+      if (arg.is_string()) e.argv.emplace_back(arg.get_string());
+    }
+  }
+  e.cmd = r.text();
+  e.cwd = r.text();
+  e.user = r.text();
+  e.state = r.text();
+  e.exit_code = r.optional_int64();
+  e.signal = r.optional_int64();
+  e.reason = r.text();
+  e.started_at = r.text();
+  e.ended_at = r.text();
+  e.duration_ms = r.optional_int64();
+  e.cpu_ms = r.optional_int64();
+  e.peak_memory_bytes = r.optional_int64();
+  e.stdout_bytes = r.int64();
+  e.stderr_bytes = r.int64();
+  e.output_truncated = r.boolean();
+  e.partial = r.boolean();
+  return e;
+}
+
+Error not_found(std::string what) {
+  return Error{ErrorCode::not_found, 0, std::move(what) + ": not found"};
+}
+
+// Gives an existing file at `path` mode 0600 without following a symlink; an absent
+// file is fine.
+Result<void> restrict_mode(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  if (!fd) {
+    if (errno == ENOENT) return {};
+    return sys_fail("open " + path);
+  }
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) return sys_fail("stat " + path);
+  if (!S_ISREG(st.st_mode)) return fail(ErrorCode::invalid_argument, path + ": not a regular file");
+  if ((st.st_mode & 07777) != 0600 && ::fchmod(fd.get(), 0600) != 0) {
+    return sys_fail("chmod 0600 " + path);
+  }
+  return {};
+}
+
+}  // namespace
+
+// ---- Open and migrate ----
+
+Result<std::unique_ptr<Store>> Store::open(const std::string& path) {
+  // Create the file ourselves so it is 0600 from the first byte: SQLite would use
+  // 0644, and it gives the -wal and -shm files the main file's mode.
+  {
+    UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!fd) return sys_fail("create database " + path);
+  }
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    if (auto r = restrict_mode(path + suffix); !r) return std::unexpected(r.error());
+  }
+
+  // NOMUTEX: Store's own mutex serialises every use of the connection.
+  auto db = Db::open(path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX |
+                               SQLITE_OPEN_NOFOLLOW);
+  if (!db) return std::unexpected(db.error());
+  sqlite3_busy_timeout(db->get(), 5000);
+  if (auto r = db->exec("PRAGMA foreign_keys = ON", "enable foreign keys"); !r) {
+    return std::unexpected(r.error());
+  }
+  {
+    auto mode = db->prepare("PRAGMA journal_mode = WAL", "set journal_mode WAL");
+    if (!mode) return std::unexpected(mode.error());
+    auto row = mode->step();
+    if (!row) return std::unexpected(row.error());
+    if (!*row || Row(*mode).text() != "wal") {
+      return fail(ErrorCode::system, "set journal_mode WAL on " + path + ": refused");
+    }
+  }
+  if (auto r = db->exec("PRAGMA synchronous = NORMAL", "set synchronous NORMAL"); !r) {
+    return std::unexpected(r.error());
+  }
+
+  std::unique_ptr<Store> store(new Store(std::move(*db)));
+  if (auto r = store->migrate(); !r) return std::unexpected(r.error());
+  return store;
+}
+
+Result<void> Store::migrate() {
+  for (;;) {
+    // Version read and migration in one write transaction: two processes opening a
+    // fresh file at once apply each migration exactly once.
+    auto tx = Transaction::begin(db_, "migrate schema");
+    if (!tx) return std::unexpected(tx.error());
+    auto read = db_.query_int64("PRAGMA user_version", "read schema version");
+    if (!read) return std::unexpected(read.error());
+    const int64_t version = *read;
+    if (version > kSchemaVersion) {
+      return fail(ErrorCode::invalid_argument, "database schema version " +
+                                                   std::to_string(version) +
+                                                   " is newer than this cela understands (" +
+                                                   std::to_string(kSchemaVersion) + ")");
+    }
+    if (version == kSchemaVersion) return tx->commit();
+    const std::string step = "migrate schema to version " + std::to_string(version + 1);
+    if (auto r = db_.exec(kMigrations[version], step); !r) return r;
+    if (auto r = db_.exec("PRAGMA user_version = " + std::to_string(version + 1), step); !r) {
+      return r;
+    }
+    if (auto r = tx->commit(); !r) return r;
+  }
+}
+
+Result<int64_t> Store::schema_version() {
+  std::lock_guard lock(mu_);
+  return db_.query_int64("PRAGMA user_version", "read schema version");
+}
+
+// ---- Tenants ----
+
+Result<TenantRecord> Store::insert_tenant_locked(std::string_view name, const Quotas& quotas) {
+  if (name.empty()) return fail(ErrorCode::invalid_argument, "create tenant: empty name");
+  TenantRecord t{new_id("t"), std::string(name), quotas, now_rfc3339()};
+  auto stmt = db_.prepare(
+      "INSERT INTO tenants (" + std::string(kTenantColumns) + ") VALUES (?, ?, ?, ?, ?, ?)",
+      "create tenant " + t.name);
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(t.id, t.name, t.quotas.max_sessions, t.quotas.max_memory_mb, t.quotas.max_cpus,
+             t.created_at);
+  if (auto r = stmt->run(); !r) return std::unexpected(r.error());
+  return t;
+}
+
+Result<TenantRecord> Store::create_tenant(std::string_view name, const Quotas& quotas) {
+  std::lock_guard lock(mu_);
+  return insert_tenant_locked(name, quotas);
+}
+
+Result<TenantRecord> Store::get_tenant(std::string_view tenant_id) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare(select_from(kTenantColumns, "FROM tenants WHERE id = ?"), "get tenant");
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(tenant_id);
+  auto row = stmt->step();
+  if (!row) return std::unexpected(row.error());
+  if (!*row) return std::unexpected(not_found("tenant " + std::string(tenant_id)));
+  return read_tenant(*stmt);
+}
+
+Result<std::vector<TenantRecord>> Store::list_tenants() {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare(select_from(kTenantColumns, "FROM tenants ORDER BY created_at, rowid"),
+                          "list tenants");
+  if (!stmt) return std::unexpected(stmt.error());
+  std::vector<TenantRecord> tenants;
+  for (;;) {
+    auto row = stmt->step();
+    if (!row) return std::unexpected(row.error());
+    if (!*row) return tenants;
+    tenants.push_back(read_tenant(*stmt));
+  }
+}
+
+// ---- API keys ----
+
+Result<IssuedKey> Store::insert_key_locked(std::string_view tenant_id, bool admin) {
+  std::array<unsigned char, 32> secret{};
+  if (RAND_bytes(secret.data(), static_cast<int>(secret.size())) != 1) {
+    return fail(ErrorCode::internal, "create key: RAND_bytes failed");
+  }
+  IssuedKey issued{new_id("k"), "cela_" + hex(secret.data(), secret.size())};
+  auto stmt = db_.prepare(
+      "INSERT INTO api_keys (" + std::string(kKeyColumns) + ", hash) VALUES (?, ?, ?, ?, 0, ?)",
+      "create key");
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(issued.id, tenant_id, admin, now_rfc3339(), sha256_hex(issued.key));
+  if (auto r = stmt->run(); !r) return std::unexpected(r.error());
+  return issued;
+}
+
+Result<IssuedKey> Store::create_key(std::string_view tenant_id, bool admin) {
+  std::lock_guard lock(mu_);
+  {
+    auto stmt = db_.prepare("SELECT 1 FROM tenants WHERE id = ?", "create key: find tenant");
+    if (!stmt) return std::unexpected(stmt.error());
+    stmt->bind(tenant_id);
+    auto row = stmt->step();
+    if (!row) return std::unexpected(row.error());
+    if (!*row) return std::unexpected(not_found("create key: tenant " + std::string(tenant_id)));
+  }
+  return insert_key_locked(tenant_id, admin);
+}
+
+Result<std::optional<KeyRecord>> Store::authenticate(std::string_view key) {
+  // The whole input is hashed, whatever it looks like, and found by its hash alone:
+  // no prefix of the key is ever compared.
+  const std::string hash = sha256_hex(key);
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare(select_from(kKeyColumns, "FROM api_keys WHERE hash = ? AND revoked = 0"),
+                          "authenticate key");
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(hash);
+  auto row = stmt->step();
+  if (!row) return std::unexpected(row.error());
+  if (!*row) return std::optional<KeyRecord>();
+  return std::optional<KeyRecord>(read_key(*stmt));
+}
+
+Result<void> Store::revoke_key(std::string_view key_id) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare("UPDATE api_keys SET revoked = 1 WHERE id = ?", "revoke key");
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(key_id);
+  if (auto r = stmt->run(); !r) return r;
+  if (stmt->changes() == 0) return std::unexpected(not_found("key " + std::string(key_id)));
+  return {};
+}
+
+Result<std::optional<std::string>> Store::bootstrap(const Quotas& quotas) {
+  std::lock_guard lock(mu_);
+  auto tx = Transaction::begin(db_, "bootstrap");
+  if (!tx) return std::unexpected(tx.error());
+  auto tenants = db_.query_int64("SELECT count(*) FROM tenants", "bootstrap: count tenants");
+  if (!tenants) return std::unexpected(tenants.error());
+  if (*tenants > 0) return std::optional<std::string>();
+  auto tenant = insert_tenant_locked("default", quotas);
+  if (!tenant) return std::unexpected(tenant.error());
+  auto key = insert_key_locked(tenant->id, /*admin=*/true);
+  if (!key) return std::unexpected(key.error());
+  if (auto r = tx->commit(); !r) return std::unexpected(r.error());
+  return std::optional<std::string>(std::move(key->key));
+}
+
+// ---- Sessions ----
+
+Result<Usage> Store::live_usage_locked(std::optional<std::string_view> tenant_id) {
+  std::string sql =
+      "SELECT count(*), coalesce(sum(json_extract(limits, '$.memory_mb')), 0), "
+      "coalesce(sum(json_extract(limits, '$.cpus')), 0) FROM sessions WHERE state IN ";
+  sql += kLiveStates;
+  if (tenant_id) sql += " AND tenant_id = ?";
+  auto stmt = db_.prepare(sql, "sum live sessions");
+  if (!stmt) return std::unexpected(stmt.error());
+  if (tenant_id) stmt->bind(*tenant_id);
+  if (auto row = stmt->step(); !row) return std::unexpected(row.error());
+  Row r(*stmt);
+  Usage usage;
+  usage.sessions = r.int64();
+  usage.memory_mb = static_cast<int64_t>(r.real());
+  usage.cpus = r.real();
+  return usage;
+}
+
+Result<Usage> Store::live_usage(std::optional<std::string_view> tenant_id) {
+  std::lock_guard lock(mu_);
+  return live_usage_locked(tenant_id);
+}
+
+Result<void> Store::insert_session(const SessionRecord& s, const std::optional<Quotas>& quota) {
+  const std::string step = "insert session " + s.id;
+  auto created_ms = parse_rfc3339(s.created_at);
+  if (!created_ms)
+    return fail(ErrorCode::invalid_argument, step + ": created_at: " + created_ms.error().context);
+  if (!is_session_state(s.state)) {
+    return fail(ErrorCode::invalid_argument, step + ": unknown state '" + s.state + "'");
+  }
+  std::lock_guard lock(mu_);
+  auto tx = Transaction::begin(db_, step);
+  if (!tx) return std::unexpected(tx.error());
+
+  if (quota && is_live_session_state(s.state)) {
+    auto usage = live_usage_locked(s.tenant_id);
+    if (!usage) return std::unexpected(usage.error());
+    const std::string who = "tenant " + s.tenant_id + " quota: ";
+    const double memory_mb = number_field(s.limits, "memory_mb");
+    const double cpus = number_field(s.limits, "cpus");
+    if (quota->max_sessions > 0 && usage->sessions + 1 > quota->max_sessions) {
+      return fail(ErrorCode::quota_exceeded, who + std::to_string(usage->sessions) + " of " +
+                                                 std::to_string(quota->max_sessions) +
+                                                 " sessions in use");
+    }
+    if (quota->max_memory_mb > 0 && static_cast<double>(usage->memory_mb) + memory_mb >
+                                        static_cast<double>(quota->max_memory_mb)) {
+      return fail(ErrorCode::quota_exceeded,
+                  who + std::to_string(usage->memory_mb) + " of " +
+                      std::to_string(quota->max_memory_mb) + " MiB of memory in use, " +
+                      std::to_string(static_cast<int64_t>(memory_mb)) + " MiB more asked");
+    }
+    // A little slack so that 0.1 + 0.2 cpus fit a 0.3 quota.
+    if (quota->max_cpus > 0 && usage->cpus + cpus > quota->max_cpus + 1e-9) {
+      return fail(ErrorCode::quota_exceeded,
+                  who + std::to_string(usage->cpus) + " of " + std::to_string(quota->max_cpus) +
+                      " cpus in use, " + std::to_string(cpus) + " more asked");
+    }
+  }
+
+  auto stmt = db_.prepare("INSERT INTO sessions (" + std::string(kSessionColumns) +
+                              ", created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                              "?, ?, ?, ?, ?, ?, ?, ?)",
+                          step);
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(s.id, s.tenant_id, s.state, s.template_ref, dump(s.limits), dump(s.network),
+             dump_metadata(s.metadata), dump(s.spec), s.created_at, NullIfEmpty{s.ready_at},
+             NullIfEmpty{s.expires_at}, NullIfEmpty{s.last_activity_at}, s.idle_timeout_s,
+             s.startup_ms, s.slot, NullIfEmpty{s.cgroup}, s.init_pid,
+             NullIfEmpty{s.termination_reason}, NullIfEmpty{s.termination_at},
+             NullIfEmpty{s.termination_message},
+             s.cleanup.is_null() ? std::nullopt : std::optional(dump(s.cleanup)), *created_ms);
+  if (auto r = stmt->run(); !r) return r;
+  return tx->commit();
+}
+
+Result<void> Store::update_session(const SessionRecord& s) {
+  const std::string step = "update session " + s.id;
+  if (!is_session_state(s.state)) {
+    return fail(ErrorCode::invalid_argument, step + ": unknown state '" + s.state + "'");
+  }
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare(
+      "UPDATE sessions SET state = ?, template_ref = ?, limits = ?, network = ?, metadata = ?, "
+      "spec = ?, ready_at = ?, expires_at = ?, last_activity_at = ?, idle_timeout_s = ?, "
+      "startup_ms = ?, slot = ?, cgroup = ?, init_pid = ?, termination_reason = ?, "
+      "termination_at = ?, termination_message = ?, cleanup = ? WHERE id = ?",
+      step);
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(s.state, s.template_ref, dump(s.limits), dump(s.network), dump_metadata(s.metadata),
+             dump(s.spec), NullIfEmpty{s.ready_at}, NullIfEmpty{s.expires_at},
+             NullIfEmpty{s.last_activity_at}, s.idle_timeout_s, s.startup_ms, s.slot,
+             NullIfEmpty{s.cgroup}, s.init_pid, NullIfEmpty{s.termination_reason},
+             NullIfEmpty{s.termination_at}, NullIfEmpty{s.termination_message},
+             s.cleanup.is_null() ? std::nullopt : std::optional(dump(s.cleanup)), s.id);
+  if (auto r = stmt->run(); !r) return r;
+  if (stmt->changes() == 0) return std::unexpected(not_found("session " + s.id));
+  return {};
+}
+
+Result<bool> Store::set_state(std::string_view session_id, std::string_view state) {
+  const std::string step = "set state of session " + std::string(session_id);
+  if (!is_live_session_state(state)) {
+    return fail(ErrorCode::invalid_argument,
+                step + ": '" + std::string(state) + "' is not a live state");
+  }
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare(
+      "UPDATE sessions SET state = ? WHERE id = ? AND state IN " + std::string(kLiveStates), step);
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(state, session_id);
+  if (auto r = stmt->run(); !r) return std::unexpected(r.error());
+  return stmt->changes() > 0;
+}
+
+Result<bool> Store::set_ready(std::string_view session_id, std::string_view ready_at,
+                              int64_t startup_ms) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare(
+      "UPDATE sessions SET state = 'ready', ready_at = ?, startup_ms = ?, "
+      "last_activity_at = coalesce(last_activity_at, ?) WHERE id = ? AND state = 'starting'",
+      "set session " + std::string(session_id) + " ready");
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(ready_at, startup_ms, ready_at, session_id);
+  if (auto r = stmt->run(); !r) return std::unexpected(r.error());
+  return stmt->changes() > 0;
+}
+
+Result<bool> Store::set_terminated(std::string_view session_id, std::string_view state,
+                                   std::string_view reason, std::string_view message,
+                                   const json::value& cleanup) {
+  const std::string step = "terminate session " + std::string(session_id);
+  if (state != session_state::terminated && state != session_state::failed) {
+    return fail(ErrorCode::invalid_argument,
+                step + ": '" + std::string(state) + "' is not a final state");
+  }
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare(
+      "UPDATE sessions SET state = ?, termination_reason = ?, termination_message = ?, "
+      "termination_at = ?, cleanup = ? WHERE id = ? AND state IN " +
+          std::string(kLiveStates),
+      step);
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(state, NullIfEmpty{reason}, NullIfEmpty{message}, now_rfc3339(),
+             cleanup.is_null() ? std::nullopt : std::optional(dump(cleanup)), session_id);
+  if (auto r = stmt->run(); !r) return std::unexpected(r.error());
+  return stmt->changes() > 0;
+}
+
+Result<void> Store::set_cleanup(std::string_view session_id, const json::value& cleanup) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare("UPDATE sessions SET cleanup = ? WHERE id = ?",
+                          "set cleanup of session " + std::string(session_id));
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(cleanup.is_null() ? std::nullopt : std::optional(dump(cleanup)), session_id);
+  if (auto r = stmt->run(); !r) return r;
+  if (stmt->changes() == 0) return std::unexpected(not_found("session " + std::string(session_id)));
+  return {};
+}
+
+Result<void> Store::touch_activity(std::string_view session_id, std::string_view at) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare("UPDATE sessions SET last_activity_at = ? WHERE id = ?",
+                          "touch session " + std::string(session_id));
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(at, session_id);
+  if (auto r = stmt->run(); !r) return r;
+  if (stmt->changes() == 0) return std::unexpected(not_found("session " + std::string(session_id)));
+  return {};
+}
+
+Result<std::vector<SessionRecord>> Store::query_sessions(Stmt& stmt) {
+  std::vector<SessionRecord> records;
+  for (;;) {
+    auto row = stmt.step();
+    if (!row) return std::unexpected(row.error());
+    if (!*row) return records;
+    auto record = read_session(stmt);
+    if (!record) return std::unexpected(record.error());
+    records.push_back(std::move(*record));
+  }
+}
+
+Result<SessionRecord> Store::get_session(std::string_view tenant_id, std::string_view session_id) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare(
+      select_from(kSessionColumns, "FROM sessions WHERE id = ? AND tenant_id = ?"), "get session");
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(session_id, tenant_id);
+  auto records = query_sessions(*stmt);
+  if (!records) return std::unexpected(records.error());
+  if (records->empty()) return std::unexpected(not_found("session " + std::string(session_id)));
+  return std::move(records->front());
+}
+
+Result<SessionRecord> Store::get_session_any(std::string_view session_id) {
+  std::lock_guard lock(mu_);
+  auto stmt =
+      db_.prepare(select_from(kSessionColumns, "FROM sessions WHERE id = ?"), "get session");
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(session_id);
+  auto records = query_sessions(*stmt);
+  if (!records) return std::unexpected(records.error());
+  if (records->empty()) return std::unexpected(not_found("session " + std::string(session_id)));
+  return std::move(records->front());
+}
+
+Result<SessionPage> Store::list_sessions(std::string_view tenant_id, const SessionFilter& filter,
+                                         const PageRequest& page) {
+  if (page.limit < 1 || page.limit > 1000) {
+    return fail(ErrorCode::invalid_argument,
+                "list sessions: limit must be 1..1000, not " + std::to_string(page.limit));
+  }
+  if (filter.state && !is_session_state(*filter.state)) {
+    return fail(ErrorCode::invalid_argument,
+                "list sessions: unknown state '" + *filter.state + "'");
+  }
+  std::optional<std::pair<int64_t, std::string>> after;
+  if (!page.cursor.empty()) {
+    auto decoded = decode_cursor(page.cursor);
+    if (!decoded) return std::unexpected(decoded.error());
+    after = std::move(*decoded);
+  }
+
+  // Newest first; (created_ms, id) is unique, so "after the cursor row" is exact.
+  std::string sql = select_from(kSessionColumns, "FROM sessions WHERE tenant_id = ?");
+  if (filter.state) sql += " AND state = ?";
+  if (after) sql += " AND (created_ms, id) < (?, ?)";
+  for (size_t i = 0; i < filter.metadata.size(); ++i) {
+    // json_each rather than a JSON path: metadata keys may hold any character.
+    sql += " AND EXISTS (SELECT 1 FROM json_each(sessions.metadata) WHERE key = ? AND value = ?)";
+  }
+  sql += " ORDER BY created_ms DESC, id DESC LIMIT ?";
+
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare(sql, "list sessions");
+  if (!stmt) return std::unexpected(stmt.error());
+  int index = 0;
+  stmt->bind_at(++index, tenant_id);
+  if (filter.state) stmt->bind_at(++index, *filter.state);
+  if (after) {
+    stmt->bind_at(++index, after->first);
+    stmt->bind_at(++index, after->second);
+  }
+  for (const auto& [key, value] : filter.metadata) {
+    stmt->bind_at(++index, key);
+    stmt->bind_at(++index, value);
+  }
+  stmt->bind_at(++index, page.limit + 1);  // one extra row tells whether a next page exists
+
+  auto records = query_sessions(*stmt);
+  if (!records) return std::unexpected(records.error());
+  SessionPage result;
+  if (static_cast<int64_t>(records->size()) > page.limit) {
+    records->pop_back();
+    const SessionRecord& last = records->back();
+    auto last_ms = parse_rfc3339(last.created_at);  // valid: checked on insert
+    if (!last_ms) return std::unexpected(last_ms.error());
+    result.next_cursor = encode_cursor(*last_ms, last.id);
+  }
+  result.records = std::move(*records);
+  return result;
+}
+
+Result<std::vector<SessionRecord>> Store::live_sessions() {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare(
+      select_from(kSessionColumns, "FROM sessions WHERE state IN " + std::string(kLiveStates) +
+                                       " ORDER BY created_ms, id"),
+      "list live sessions");
+  if (!stmt) return std::unexpected(stmt.error());
+  return query_sessions(*stmt);
+}
+
+// ---- Execs ----
+
+Result<void> Store::insert_exec(const ExecRecord& e) {
+  const std::string step = "insert exec " + e.id;
+  auto started_ms = parse_rfc3339(e.started_at);
+  if (!started_ms)
+    return fail(ErrorCode::invalid_argument, step + ": started_at: " + started_ms.error().context);
+  if (!is_exec_state(e.state)) {
+    return fail(ErrorCode::invalid_argument, step + ": unknown state '" + e.state + "'");
+  }
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare("INSERT INTO execs (" + std::string(kExecColumns) +
+                              ", started_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                              "?, ?, ?, ?, ?, ?)",
+                          step);
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(e.id, e.session_id, e.tenant_id, dump_argv(e.argv), NullIfEmpty{e.cmd}, e.cwd, e.user,
+             e.state, e.exit_code, e.signal, NullIfEmpty{e.reason}, e.started_at,
+             NullIfEmpty{e.ended_at}, e.duration_ms, e.cpu_ms, e.peak_memory_bytes, e.stdout_bytes,
+             e.stderr_bytes, e.output_truncated, e.partial, *started_ms);
+  return stmt->run();
+}
+
+Result<bool> Store::finish_exec(const ExecRecord& e) {
+  const std::string step = "finish exec " + e.id;
+  if (!is_exec_state(e.state) || e.state == exec_state::running) {
+    return fail(ErrorCode::invalid_argument,
+                step + ": '" + e.state + "' is not a final exec state");
+  }
+  const int64_t now = now_ms();
+  std::lock_guard lock(mu_);
+  // ended_at defaults to now, duration_ms to ended - started.
+  auto stmt = db_.prepare(
+      "UPDATE execs SET state = ?, exit_code = ?, signal = ?, reason = ?, ended_at = ?, "
+      "duration_ms = coalesce(?, max(0, ? - started_ms)), cpu_ms = ?, peak_memory_bytes = ?, "
+      "stdout_bytes = ?, stderr_bytes = ?, output_truncated = ?, partial = ? "
+      "WHERE id = ? AND state = 'running'",
+      step);
+  if (!stmt) return std::unexpected(stmt.error());
+  int64_t ended_ms = now;
+  if (!e.ended_at.empty()) {
+    auto parsed = parse_rfc3339(e.ended_at);
+    if (!parsed)
+      return fail(ErrorCode::invalid_argument, step + ": ended_at: " + parsed.error().context);
+    ended_ms = *parsed;
+  }
+  stmt->bind(e.state, e.exit_code, e.signal, NullIfEmpty{e.reason},
+             e.ended_at.empty() ? format_rfc3339(now) : e.ended_at, e.duration_ms, ended_ms,
+             e.cpu_ms, e.peak_memory_bytes, e.stdout_bytes, e.stderr_bytes, e.output_truncated,
+             e.partial, e.id);
+  if (auto r = stmt->run(); !r) return std::unexpected(r.error());
+  return stmt->changes() > 0;
+}
+
+Result<std::vector<ExecRecord>> Store::query_execs(Stmt& stmt) {
+  std::vector<ExecRecord> records;
+  for (;;) {
+    auto row = stmt.step();
+    if (!row) return std::unexpected(row.error());
+    if (!*row) return records;
+    auto record = read_exec(stmt);
+    if (!record) return std::unexpected(record.error());
+    records.push_back(std::move(*record));
+  }
+}
+
+Result<ExecRecord> Store::get_exec(std::string_view tenant_id, std::string_view session_id,
+                                   std::string_view exec_id) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare(
+      select_from(kExecColumns, "FROM execs WHERE id = ? AND session_id = ? AND tenant_id = ?"),
+      "get exec");
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(exec_id, session_id, tenant_id);
+  auto records = query_execs(*stmt);
+  if (!records) return std::unexpected(records.error());
+  if (records->empty()) return std::unexpected(not_found("exec " + std::string(exec_id)));
+  return std::move(records->front());
+}
+
+Result<std::vector<ExecRecord>> Store::list_execs(std::string_view session_id) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare(
+      select_from(kExecColumns, "FROM execs WHERE session_id = ? ORDER BY started_ms, id"),
+      "list execs");
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(session_id);
+  return query_execs(*stmt);
+}
+
+Result<std::vector<ExecRecord>> Store::running_execs() {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare(
+      select_from(kExecColumns, "FROM execs WHERE state = 'running' ORDER BY started_ms, id"),
+      "list running execs");
+  if (!stmt) return std::unexpected(stmt.error());
+  return query_execs(*stmt);
+}
+
+Result<int64_t> Store::close_running_execs(std::string_view reason, std::string_view session_id) {
+  const int64_t now = now_ms();
+  std::string sql =
+      "UPDATE execs SET state = 'failed', reason = ?, ended_at = ?, "
+      "duration_ms = max(0, ? - started_ms) WHERE state = 'running'";
+  if (!session_id.empty()) sql += " AND session_id = ?";
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare(sql, "close running execs");
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(NullIfEmpty{reason}, format_rfc3339(now), now);
+  if (!session_id.empty()) stmt->bind_at(4, session_id);
+  if (auto r = stmt->run(); !r) return std::unexpected(r.error());
+  return stmt->changes();
+}
+
+// ---- Exec output index ----
+
+Result<void> Store::set_output(const OutputRecord& o) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare(
+      "INSERT OR REPLACE INTO exec_output (exec_id, stream, path, bytes, truncated) "
+      "VALUES (?, ?, ?, ?, ?)",
+      "set " + o.stream + " output of exec " + o.exec_id);
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(o.exec_id, o.stream, o.path, o.bytes, o.truncated);
+  return stmt->run();
+}
+
+Result<std::vector<OutputRecord>> Store::get_output(std::string_view exec_id) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare(
+      "SELECT exec_id, stream, path, bytes, truncated FROM exec_output WHERE exec_id = ? "
+      "ORDER BY stream",
+      "get output of exec " + std::string(exec_id));
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(exec_id);
+  std::vector<OutputRecord> outputs;
+  for (;;) {
+    auto row = stmt->step();
+    if (!row) return std::unexpected(row.error());
+    if (!*row) return outputs;
+    Row r(*stmt);
+    OutputRecord o;
+    o.exec_id = r.text();
+    o.stream = r.text();
+    o.path = r.text();
+    o.bytes = r.int64();
+    o.truncated = r.boolean();
+    outputs.push_back(std::move(o));
+  }
+}
+
+// ---- Secret files ----
+
+Result<void> write_secret_file(const std::string& path, std::string_view text) {
+  const std::string tmp = path + ".tmp-" + new_id("w");
+  UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+  if (!fd) return sys_fail("create " + tmp);
+  auto abandon = [&](std::string step) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return sys_fail(std::move(step), err);
+  };
+  // The umask cannot widen 0600, but a restrictive one could narrow it; be exact.
+  if (::fchmod(fd.get(), 0600) != 0) return abandon("chmod 0600 " + tmp);
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return abandon("write " + tmp);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd.get()) != 0) return abandon("fsync " + tmp);
+  fd.reset();
+  // rename(2) replaces a symlink at `path` itself; it never writes through it.
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return abandon("rename " + tmp + " to " + path);
+  return {};
+}
+
+}  // namespace cela::store
