@@ -35,11 +35,12 @@ test: build base-template
 unit: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -R '^cela\.|Test\.'
 
-serve: build
-	$(BUILD_DIR)/cela run --help
+serve: build base-template
+	$(BUILD_DIR)/cela serve
 
 bench: build
 	python3 bench/spawn.py --cela $(BUILD_DIR)/cela
+	python3 bench/daemon.py --cela $(BUILD_DIR)/cela
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

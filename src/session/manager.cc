@@ -134,20 +134,20 @@ int64_t SessionManager::live_sessions() const {
 Result<int64_t> SessionManager::recover() {
   auto live = store_.live_sessions();
   if (!live) return std::unexpected(live.error());
+  // Only what this state directory's sessions own is touched: another daemon on the
+  // same host (tests, staging) keeps its sessions.
   for (const SessionRecord& s : *live) {
+    // The processes died with the previous daemon (init's PDEATHSIG); the cgroup
+    // (with any per-exec children) remains until removed here.
+    json::object cleanup{{"cgroup_removed", true}, {"mounts_removed", true}, {"upper_dir_freed", true}};
+    if (auto r = cgroups_->remove_stale(s.id); !r) {
+      std::fprintf(stderr, "cela: recover: cgroup of %s: %s\n", s.id.c_str(), r.error().message().c_str());
+      cleanup["cgroup_removed"] = false;
+    }
     (void)store_.set_terminated(s.id, "terminated", "daemon_restart",
-                                "the daemon restarted; the session's processes ended with it", nullptr);
+                                "the daemon restarted; the session's processes ended with it", cleanup);
   }
   (void)store_.close_running_execs("the daemon restarted while the exec was running");
-  // Whatever the previous daemon's sessions left in cgroupfs: their processes died
-  // with it (init's PDEATHSIG), the cgroups remain.
-  if (auto names = cgroups_->list(); names) {
-    for (const std::string& name : *names) {
-      if (!name.starts_with("s-")) continue;
-      if (auto r = cgroups_->remove_stale(name); !r)
-        std::fprintf(stderr, "cela: recover: cgroup %s: %s\n", name.c_str(), r.error().message().c_str());
-    }
-  }
   return static_cast<int64_t>(live->size());
 }
 
@@ -322,14 +322,6 @@ Result<boost::json::object> SessionManager::create(const Caller& caller, const j
                       "host is at its limit of " + std::to_string(config_.max_sessions) + " sessions");
       }
     }
-    auto usage = store_.live_usage(caller.tenant_id);
-    if (!usage) return std::unexpected(usage.error());
-    if (q.max_sessions > 0 && usage->sessions + 1 > q.max_sessions)
-      return fail(ErrorCode::quota_exceeded,
-                  "tenant quota of " + std::to_string(q.max_sessions) + " live sessions reached");
-    if (q.max_memory_mb > 0 && usage->memory_mb + static_cast<int64_t>(spec->memory_mb) > q.max_memory_mb)
-      return fail(ErrorCode::quota_exceeded,
-                  "tenant quota of " + std::to_string(q.max_memory_mb) + " MiB of session memory reached");
     ++reserved_;
   }
 
@@ -363,7 +355,9 @@ Result<boost::json::object> SessionManager::create(const Caller& caller, const j
     release_capacity();
     return std::unexpected(e);
   };
-  if (auto ins = store_.insert_session(r); !ins) return give_back(ins.error());
+  // The tenant's quotas (live sessions, total memory) are checked in the same
+  // transaction as the insert: two concurrent creates cannot both slip through.
+  if (auto ins = store_.insert_session(r, q); !ins) return give_back(ins.error());
 
   auto fail_start = [&](const Error& e) -> std::unexpected<Error> {
     (void)store_.set_terminated(r.id, "failed", "start_failed", e.message(), nullptr);

@@ -12,7 +12,8 @@
 // State lives in the Store; on start, recover() closes what a previous daemon left:
 // live sessions become `terminated` with reason `daemon_restart` (their inits died
 // with that daemon, which took their namespaces with them), their cgroups are
-// removed, running exec records are closed.
+// removed, running exec records are closed. Only this state directory's sessions are
+// touched, so several daemons can share a host.
 #pragma once
 
 #include <boost/asio/io_context.hpp>

@@ -393,14 +393,26 @@ TEST_F(CgroupV2Fake, DestroyKillsWaitsAndRemovesTheNode) {
   EXPECT_TRUE(cg->destroy());  // idempotent
 }
 
+TEST_F(CgroupV2Fake, DestroyRemovesChildCgroupsFirst) {
+  auto cg = create("s1");
+  ASSERT_TRUE(cg);
+  fs::create_directory(node("s1") / "e-1");  // a per-exec cgroup a crashed owner left
+  auto r = cg->destroy();
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_FALSE(fs::exists(node("s1")));
+}
+
 TEST_F(CgroupV2Fake, DestroyFailureNamesTheDirectory) {
   auto cg = create("s1");
   ASSERT_TRUE(cg);
-  fs::create_directory(node("s1") / "child");  // a nested cgroup keeps the node busy
+  // A child that cannot be removed (here: not empty) keeps the node busy.
+  fs::create_directory(node("s1") / "child");
+  std::ofstream(node("s1") / "child" / "busy") << "x";
   auto r = cg->destroy();
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message().find("rmdir " + node("s1").string()), std::string::npos);
-  fs::remove(node("s1") / "child");
+  EXPECT_NE(r.error().message().find("rmdir " + (node("s1") / "child").string()), std::string::npos)
+      << r.error().message();
+  fs::remove_all(node("s1") / "child");
   vanish("s1");
   EXPECT_TRUE(cg->destroy());  // the node is gone: nothing left to do
 }

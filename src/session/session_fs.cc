@@ -1,0 +1,502 @@
+// SessionFs file operations: path checks, resolution in the sandbox root, the writable
+// roots check, uploads, reads, stat, list, mkdir, move, remove. Tar is in fs_tar.cc.
+#include "session/session_fs.h"
+
+#include <fcntl.h>
+#include <stdio.h>  // renameat2
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+#include "session/fs_internal.h"
+
+namespace cela::session {
+
+using namespace fs_detail;
+
+namespace {
+
+// "/a/b//" -> "/a/b"; "///" -> "/".
+std::string_view strip_trailing_slashes(std::string_view path) {
+  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+  return path;
+}
+
+struct SplitPath {
+  std::string parent;  // "/" for a child of the root
+  std::string name;    // empty for the root itself
+};
+
+// Splits at the last '/' only; ".." and symlinks are left to the kernel.
+SplitPath split_path(std::string_view path) {
+  path = strip_trailing_slashes(path);
+  if (path == "/") return {"/", ""};
+  size_t slash = path.rfind('/');
+  std::string parent(path.substr(0, slash));
+  if (parent.empty()) parent = "/";
+  return {std::move(parent), std::string(path.substr(slash + 1))};
+}
+
+bool is_dot_or_dotdot(std::string_view name) {
+  return name == "." || name == "..";
+}
+
+// The path of an entry `name` inside the directory at `dir_path`.
+std::string child_path(std::string_view dir_path, std::string_view name) {
+  std::string out(strip_trailing_slashes(dir_path));
+  if (out != "/") out += '/';
+  out += name;
+  return out;
+}
+
+FileInfo info_from(const struct stat& st, std::string name, std::string path) {
+  FileInfo info;
+  info.name = std::move(name);
+  info.path = std::move(path);
+  info.type = type_name(st.st_mode);
+  info.size = static_cast<uint64_t>(st.st_size);
+  info.mode = st.st_mode & 07777;
+  info.mtime_ms = mtime_ms(st);
+  return info;
+}
+
+bool same_inode(const struct stat& a, const struct stat& b) {
+  return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+}  // namespace
+
+// ---- FileUpload ----
+
+struct FileUpload::State {
+  UniqueFd dir;      // the target's directory (O_PATH)
+  std::string name;  // the target's name in `dir`
+  std::string temp;  // the temp file's name in `dir`, empty once renamed or removed
+  UniqueFd file;     // the temp file, write-only
+  std::string path;  // as requested, for results and errors
+  uint64_t size = 0;
+  uint64_t max_bytes = 0;
+  Sha256 hash;
+
+  void discard() {
+    if (!temp.empty()) ::unlinkat(dir.get(), temp.c_str(), 0);
+    temp.clear();
+    file.reset();
+  }
+  ~State() { discard(); }
+};
+
+FileUpload::FileUpload(std::unique_ptr<State> state) : state_(std::move(state)) {}
+FileUpload::FileUpload(FileUpload&&) noexcept = default;
+FileUpload& FileUpload::operator=(FileUpload&&) noexcept = default;
+FileUpload::~FileUpload() = default;
+
+Result<void> FileUpload::append(std::string_view chunk) {
+  if (!state_ || state_->temp.empty()) return fail(ErrorCode::internal, "upload already finished");
+  State& s = *state_;
+  if (chunk.size() > s.max_bytes - s.size) {
+    s.discard();
+    return fail(ErrorCode::limit,
+                "file larger than " + std::to_string(s.max_bytes) + " bytes: " + s.path);
+  }
+  if (auto r = write_all(s.file.get(), chunk, "write " + s.path); !r) {
+    s.discard();
+    return r;
+  }
+  s.size += chunk.size();
+  s.hash.update(chunk);
+  return {};
+}
+
+Result<WriteResult> FileUpload::commit() {
+  if (!state_ || state_->temp.empty()) return fail(ErrorCode::internal, "upload already finished");
+  State& s = *state_;
+  // rename(2) replaces the name itself: a symlink there is replaced, never followed.
+  if (::renameat(s.dir.get(), s.temp.c_str(), s.dir.get(), s.name.c_str()) != 0) {
+    int err = errno;
+    s.discard();
+    return fs_fail("write " + s.path, err);
+  }
+  s.temp.clear();
+  s.file.reset();
+  return WriteResult{s.path, s.size, s.hash.hex_final()};
+}
+
+// ---- SessionFs ----
+
+SessionFs::SessionFs(UniqueFd root, uid_t owner_uid, gid_t owner_gid, FsLimits limits,
+                     std::vector<std::string> writable_roots)
+    : root_(std::move(root)),
+      owner_uid_(owner_uid),
+      owner_gid_(owner_gid),
+      limits_(limits),
+      writable_roots_(std::move(writable_roots)) {}
+
+Result<UniqueFd> SessionFs::open_in_root(std::string_view path, int flags) const {
+  return open_at(root_.get(), std::string(path), flags, kInRoot, "open " + std::string(path));
+}
+
+Result<void> SessionFs::check_writable(int dir_fd, std::string_view path) const {
+  if (std::ranges::find(writable_roots_, "/") != writable_roots_.end()) return {};
+  std::vector<struct stat> allowed;
+  for (const auto& root : writable_roots_) {
+    if (!check_path(root)) continue;
+    auto fd = open_in_root(root, O_PATH | O_DIRECTORY);
+    if (!fd) continue;  // a missing writable root matches nothing
+    auto st = stat_fd(fd->get(), "stat " + root);
+    if (st) allowed.push_back(*st);
+  }
+  auto root_st = stat_fd(root_.get(), "stat the sandbox root");
+  if (!root_st) return std::unexpected(root_st.error());
+
+  // Walk up from the resolved directory: it is writable if it or an ancestor is a
+  // writable root. The walk ends at the sandbox root (every directory reached through
+  // kInRoot is below it); the host's "/" (its own parent) ends it too.
+  auto cur = dup_fd(dir_fd, "check " + std::string(path));
+  if (!cur) return std::unexpected(cur.error());
+  for (int step = 0; step < 4096; ++step) {
+    auto st = stat_fd(cur->get(), "check " + std::string(path));
+    if (!st) return std::unexpected(st.error());
+    for (const auto& a : allowed)
+      if (same_inode(*st, a)) return {};
+    if (same_inode(*st, *root_st)) break;
+    int parent = ::openat(cur->get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (parent < 0) return fs_fail("check " + std::string(path));
+    UniqueFd up(parent);
+    auto up_st = stat_fd(up.get(), "check " + std::string(path));
+    if (!up_st) return std::unexpected(up_st.error());
+    if (same_inode(*up_st, *st)) break;
+    *cur = std::move(up);
+  }
+  return fail(ErrorCode::permission_denied, "outside the writable paths: " + std::string(path));
+}
+
+Result<void> SessionFs::make_dir_at(int dir_fd, const std::string& name, uint32_t mode,
+                                    std::string_view what) const {
+  if (::mkdirat(dir_fd, name.c_str(), 0700) != 0) return fs_fail("mkdir " + std::string(what));
+  // Owner and mode through an fd of the new directory (never a symlink swapped in).
+  auto fd = open_at(dir_fd, name, O_RDONLY | O_DIRECTORY, kBeneath, "mkdir " + std::string(what));
+  if (!fd) return std::unexpected(fd.error());
+  // chown before chmod: chown may clear mode bits.
+  if (::fchown(fd->get(), owner_uid_, owner_gid_) != 0)
+    return fs_fail("chown " + std::string(what));
+  if (::fchmod(fd->get(), mode & 0777) != 0) return fs_fail("chmod " + std::string(what));
+  return {};
+}
+
+Result<UniqueFd> SessionFs::make_dirs(std::string_view path) const {
+  if (auto r = check_path(path); !r) return std::unexpected(r.error());
+  auto cur = open_in_root("/", O_PATH | O_DIRECTORY);
+  if (!cur) return cur;
+  // Each prefix is resolved again from the root by the kernel ("/a/link/..": the
+  // kernel decides where it leads); only missing plain names are created.
+  std::string prefix;
+  size_t depth = 0;
+  for (size_t pos = 0; pos < path.size();) {
+    size_t end = path.find('/', pos);
+    if (end == std::string_view::npos) end = path.size();
+    std::string_view comp = path.substr(pos, end - pos);
+    pos = end + 1;
+    if (comp.empty()) continue;
+    if (++depth > static_cast<size_t>(limits_.max_depth))
+      return fail(ErrorCode::limit, "path too deep: " + std::string(path));
+    prefix += '/';
+    prefix += comp;
+    auto next = open_in_root(prefix, O_PATH | O_DIRECTORY);
+    if (!next && next.error().err == ENOENT && !is_dot_or_dotdot(comp)) {
+      if (auto r = check_writable(cur->get(), prefix); !r) return std::unexpected(r.error());
+      auto made = make_dir_at(cur->get(), std::string(comp), 0755, prefix);
+      if (!made && made.error().err != EEXIST) return std::unexpected(made.error());
+      next = open_in_root(prefix, O_PATH | O_DIRECTORY);
+    }
+    if (!next) return next;
+    cur = std::move(next);
+  }
+  return cur;
+}
+
+Result<SessionFs::ParentDir> SessionFs::open_parent(std::string_view path, bool writable,
+                                                    bool make_parents) const {
+  if (auto r = check_path(path); !r) return std::unexpected(r.error());
+  SplitPath split = split_path(path);
+  if (split.name.empty() || is_dot_or_dotdot(split.name))
+    return fail(ErrorCode::invalid_argument, "not a name in a directory: " + std::string(path));
+  auto dir =
+      make_parents ? make_dirs(split.parent) : open_in_root(split.parent, O_PATH | O_DIRECTORY);
+  if (!dir) return std::unexpected(dir.error());
+  if (writable)
+    if (auto r = check_writable(dir->get(), path); !r) return std::unexpected(r.error());
+  return ParentDir{std::move(*dir), std::move(split.name)};
+}
+
+Result<FileUpload> SessionFs::start_upload(UniqueFd dir, std::string name, std::string path,
+                                           uint32_t mode, uint64_t max_bytes) const {
+  auto state = std::make_unique<FileUpload::State>();
+  state->dir = std::move(dir);
+  state->name = std::move(name);
+  state->path = std::move(path);
+  state->max_bytes = max_bytes;
+  // O_EXCL on a fresh name: the file is ours, created in the resolved directory.
+  for (int attempt = 0;; ++attempt) {
+    std::string temp = temp_name();
+    int fd = ::openat(state->dir.get(), temp.c_str(),
+                      O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+      state->file.reset(fd);
+      state->temp = std::move(temp);
+      break;
+    }
+    if (errno != EEXIST || attempt == 16) return fs_fail("write " + state->path);
+  }
+  // chown before chmod: chown clears setuid/setgid bits (there are none: mode & 0777).
+  if (::fchown(state->file.get(), owner_uid_, owner_gid_) != 0)
+    return fs_fail("chown " + state->path);
+  if (::fchmod(state->file.get(), mode & 0777) != 0) return fs_fail("chmod " + state->path);
+  return FileUpload(std::move(state));
+}
+
+Result<FileUpload> SessionFs::open_upload(std::string_view path, const WriteOptions& options) {
+  if (options.mode && *options.mode > 07777)
+    return fail(ErrorCode::invalid_argument, "mode out of range: " + std::to_string(*options.mode));
+  auto parent = open_parent(path, /*writable=*/true, options.make_parents);
+  if (!parent) return std::unexpected(parent.error());
+  uint32_t mode = 0644;
+  if (options.mode) {
+    mode = *options.mode & 0777;
+  } else {
+    struct stat st {};
+    if (::fstatat(parent->dir.get(), parent->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISREG(st.st_mode))
+      mode = st.st_mode & 0777;
+  }
+  return start_upload(std::move(parent->dir), std::move(parent->name), std::string(path), mode,
+                      limits_.max_file_bytes);
+}
+
+Result<WriteResult> SessionFs::write_file(std::string_view path, std::string_view data,
+                                          const WriteOptions& options) {
+  if (data.size() > limits_.max_file_bytes)
+    return fail(ErrorCode::limit, "file larger than " + std::to_string(limits_.max_file_bytes) +
+                                      " bytes: " + std::string(path));
+  auto upload = open_upload(path, options);
+  if (!upload) return std::unexpected(upload.error());
+  if (auto r = upload->append(data); !r) return std::unexpected(r.error());
+  return upload->commit();
+}
+
+Result<OpenedFile> SessionFs::open_read(std::string_view path) {
+  if (auto r = check_path(path); !r) return std::unexpected(r.error());
+  std::string what = "read " + std::string(path);
+  // O_PATH first: opening a fifo or a device for reading would block or reach a driver.
+  auto path_fd = open_at(root_.get(), std::string(path), O_PATH, kInRoot, what);
+  if (!path_fd) return std::unexpected(path_fd.error());
+  auto st = stat_fd(path_fd->get(), what);
+  if (!st) return std::unexpected(st.error());
+  if (S_ISDIR(st->st_mode))
+    return fail(ErrorCode::invalid_argument, "is a directory: " + std::string(path));
+  if (!S_ISREG(st->st_mode))
+    return fail(ErrorCode::invalid_argument, "not a regular file: " + std::string(path));
+  auto fd = reopen(path_fd->get(), O_RDONLY, what);
+  if (!fd) return std::unexpected(fd.error());
+  return OpenedFile{std::move(*fd), static_cast<uint64_t>(st->st_size), st->st_mode & 07777,
+                    mtime_ms(*st)};
+}
+
+Result<std::string> SessionFs::read_file(std::string_view path) {
+  auto file = open_read(path);
+  if (!file) return std::unexpected(file.error());
+  auto too_big = [&] {
+    return fail(ErrorCode::limit, "file larger than " + std::to_string(limits_.max_file_bytes) +
+                                      " bytes: " + std::string(path));
+  };
+  if (file->size > limits_.max_file_bytes) return too_big();
+  std::string data;
+  data.reserve(file->size);
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(file->fd.get(), buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fs_fail("read " + std::string(path));
+    }
+    if (n == 0) break;
+    // The file may grow while we read it.
+    if (static_cast<uint64_t>(n) > limits_.max_file_bytes - data.size()) return too_big();
+    data.append(buf, static_cast<size_t>(n));
+  }
+  return data;
+}
+
+Result<FileInfo> SessionFs::stat(std::string_view path) {
+  if (auto r = check_path(path); !r) return std::unexpected(r.error());
+  SplitPath split = split_path(path);
+  std::string what = "stat " + std::string(path);
+  if (split.name.empty() || is_dot_or_dotdot(split.name)) {
+    // The root, or a path ending in "." or "..": a directory, never a symlink.
+    auto fd = open_at(root_.get(), std::string(path), O_PATH | O_DIRECTORY, kInRoot, what);
+    if (!fd) return std::unexpected(fd.error());
+    auto st = stat_fd(fd->get(), what);
+    if (!st) return std::unexpected(st.error());
+    return info_from(*st, split.name.empty() ? "/" : split.name, std::string(path));
+  }
+  auto parent = open_parent(path, /*writable=*/false, /*make_parents=*/false);
+  if (!parent) return std::unexpected(parent.error());
+  struct stat st {};
+  if (::fstatat(parent->dir.get(), parent->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+    return fs_fail(what);
+  FileInfo info = info_from(st, parent->name, std::string(path));
+  if (S_ISLNK(st.st_mode)) {
+    auto target = read_link_at(parent->dir.get(), parent->name, what);
+    if (!target) return std::unexpected(target.error());
+    info.symlink_target = std::move(*target);
+  }
+  return info;
+}
+
+namespace {
+
+struct Lister {
+  const FsLimits& limits;
+  std::vector<FileInfo>& out;
+
+  Result<void> list_dir(int dir_fd, const std::string& dir_path, int depth_left) {
+    std::string what = "list " + dir_path;
+    auto stream = DirStream::open(dir_fd, what);
+    if (!stream) return std::unexpected(stream.error());
+    std::vector<std::string> names;
+    size_t room = static_cast<size_t>(limits.max_list_entries - out.size());
+    auto more = stream->read(names, room == SIZE_MAX ? room : room + 1, what);
+    if (!more) return std::unexpected(more.error());
+    if (names.size() > room)
+      return fail(ErrorCode::limit,
+                  "more than " + std::to_string(limits.max_list_entries) + " entries: " + dir_path);
+    std::ranges::sort(names);
+    for (const auto& name : names) {
+      struct stat st {};
+      if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) continue;  // removed since readdir
+        return fs_fail("stat " + child_path(dir_path, name));
+      }
+      FileInfo info = info_from(st, name, child_path(dir_path, name));
+      if (S_ISLNK(st.st_mode)) {
+        auto target = read_link_at(dir_fd, name, "readlink " + info.path);
+        if (target) info.symlink_target = std::move(*target);
+      }
+      std::string path = info.path;
+      out.push_back(std::move(info));
+      if (!S_ISDIR(st.st_mode) || depth_left <= 1) continue;
+      auto child = open_at(dir_fd, name, O_RDONLY | O_DIRECTORY, kBeneath, "list " + path);
+      if (!child) {
+        // A mount point (EXDEV), or swapped for a symlink or removed meanwhile.
+        int err = child.error().err;
+        if (err == EXDEV || err == ELOOP || err == ENOENT || err == ENOTDIR) continue;
+        return std::unexpected(child.error());
+      }
+      if (auto r = list_dir(child->get(), path, depth_left - 1); !r) return r;
+    }
+    return {};
+  }
+};
+
+}  // namespace
+
+Result<std::vector<FileInfo>> SessionFs::list(std::string_view path, int depth) {
+  if (auto r = check_path(path); !r) return std::unexpected(r.error());
+  if (depth < 1) return fail(ErrorCode::invalid_argument, "depth must be at least 1");
+  depth = std::min(depth, limits_.max_depth);
+  auto dir = open_in_root(path, O_RDONLY | O_DIRECTORY);
+  if (!dir) return std::unexpected(dir.error());
+  std::vector<FileInfo> out;
+  Lister lister{limits_, out};
+  if (auto r = lister.list_dir(dir->get(), std::string(strip_trailing_slashes(path)), depth); !r)
+    return std::unexpected(r.error());
+  return out;
+}
+
+Result<void> SessionFs::mkdir(std::string_view path, bool parents) {
+  if (parents) {
+    auto dir = make_dirs(path);
+    if (!dir) return std::unexpected(dir.error());
+    return {};
+  }
+  auto parent = open_parent(path, /*writable=*/true, /*make_parents=*/false);
+  if (!parent) return std::unexpected(parent.error());
+  return make_dir_at(parent->dir.get(), parent->name, 0755, path);
+}
+
+Result<void> SessionFs::move(std::string_view from, std::string_view to, bool overwrite) {
+  auto src = open_parent(from, /*writable=*/true, /*make_parents=*/false);
+  if (!src) return std::unexpected(src.error());
+  auto dst = open_parent(to, /*writable=*/true, /*make_parents=*/false);
+  if (!dst) return std::unexpected(dst.error());
+  if (::renameat2(src->dir.get(), src->name.c_str(), dst->dir.get(), dst->name.c_str(),
+                  overwrite ? 0 : RENAME_NOREPLACE) != 0)
+    return fs_fail("move " + std::string(from) + " to " + std::string(to));
+  return {};
+}
+
+namespace {
+
+// Empties the directory `dir_fd` (O_RDONLY) without following symlinks or crossing
+// mounts. Names are read in batches and removed, until a pass finds none.
+Result<void> empty_tree(int dir_fd, const std::string& path, int depth, const FsLimits& limits) {
+  if (depth > limits.max_depth) return fail(ErrorCode::limit, "tree too deep: " + path);
+  std::string what = "remove " + path;
+  auto stream = DirStream::open(dir_fd, what);
+  if (!stream) return std::unexpected(stream.error());
+  // Bounded even if the sandbox keeps adding entries while we remove them.
+  for (int pass = 0; pass < 100000; ++pass) {
+    std::vector<std::string> names;
+    auto more = stream->read(names, 4096, what);
+    if (!more) return std::unexpected(more.error());
+    if (names.empty()) return {};
+    for (const auto& name : names) {
+      std::string child = child_path(path, name);
+      struct stat st {};
+      if (::fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) continue;
+        return fs_fail("remove " + child);
+      }
+      if (S_ISDIR(st.st_mode)) {
+        auto sub = open_at(dir_fd, name, O_RDONLY | O_DIRECTORY, kBeneath, "remove " + child);
+        if (!sub) return std::unexpected(sub.error());
+        if (auto r = empty_tree(sub->get(), child, depth + 1, limits); !r) return r;
+        if (::unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
+          return fs_fail("remove " + child);
+      } else if (::unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
+        return fs_fail("remove " + child);
+      }
+    }
+    stream->rewind();
+  }
+  return fail(ErrorCode::limit, "directory keeps changing: " + path);
+}
+
+}  // namespace
+
+Result<void> SessionFs::remove(std::string_view path, bool recursive) {
+  auto parent = open_parent(path, /*writable=*/true, /*make_parents=*/false);
+  if (!parent) return std::unexpected(parent.error());
+  std::string what = "remove " + std::string(path);
+  int dir = parent->dir.get();
+  const char* name = parent->name.c_str();
+  struct stat st {};
+  if (::fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) != 0) return fs_fail(what);
+  if (!S_ISDIR(st.st_mode)) {
+    if (::unlinkat(dir, name, 0) != 0) return fs_fail(what);
+    return {};
+  }
+  if (recursive) {
+    auto sub = open_at(dir, parent->name, O_RDONLY | O_DIRECTORY, kBeneath, what);
+    if (!sub) return std::unexpected(sub.error());
+    if (auto r = empty_tree(sub->get(), std::string(strip_trailing_slashes(path)), 1, limits_); !r)
+      return r;
+  }
+  if (::unlinkat(dir, name, AT_REMOVEDIR) != 0) return fs_fail(what);
+  return {};
+}
+
+}  // namespace cela::session

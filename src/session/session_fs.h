@@ -1,0 +1,222 @@
+// SessionFs: the daemon's file operations on a running sandbox's root filesystem (the
+// Files and Archive API). The daemon runs as host root; sandbox code may have planted
+// any symlink, so no path is ever resolved by the host's rules.
+//
+// Resolution. A path names a location inside the sandbox ("/home/user/x"): it must
+// start with '/', hold no NUL and be at most 4096 bytes. Nothing is normalized by string
+// manipulation; the kernel resolves it with openat2(2) relative to the sandbox root fd:
+//   RESOLVE_IN_ROOT        ".." and absolute symlink targets stop at (are re-rooted to)
+//                          the sandbox root: a planted `link -> /etc` or
+//                          `link -> ../../../../host` stays inside the sandbox.
+//   RESOLVE_NO_MAGICLINKS  no /proc/<pid>/fd-style jumps.
+//   RESOLVE_NO_XDEV        no mount point is crossed: only the root overlay is
+//                          reachable. The sandbox's /proc, /dev, /dev/shm and every
+//                          bind mount (volumes included) are refused (permission_denied):
+//                          a write by the daemon into the sandbox's /proc/sys would be a
+//                          host write. /tmp and /home are on the overlay.
+// Trees (list, remove, export, import) are walked with one fd per directory and each
+// child opened beneath it with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, so a rename or a
+// symlink swapped in mid-walk can make the walk fail, never leave the tree.
+//
+// Symlinks. Intermediate components are followed (inside the root). The final component:
+// read_file, open_read, list, export_tar and import_tar's destination follow it (inside
+// the root); stat reports the link itself (lstat); write_file, mkdir, move and remove act
+// on the link itself: a write replaces a symlink with a regular file (rename(2)
+// semantics, the link's target is never opened), remove deletes the link, never its
+// target. Trailing slashes are ignored ("/a/link/" is "/a/link").
+//
+// Writable roots. Mutating operations (write, mkdir, move, remove, import) must act in a
+// directory that, after resolution, is at or below one of `writable_roots` (default "/",
+// everything). The check walks the resolved directory's ".." chain up to the root and
+// compares inodes, so `/home/user/link -> /etc` does not turn a write of
+// /home/user/link/passwd into a write of /etc/passwd when only /home/user is writable.
+// Reads are allowed anywhere in the root.
+//
+// Ownership. Everything created gets owner_uid:owner_gid (the sandbox's `user`); modes
+// are masked with 0777 (setuid, setgid and sticky bits are dropped). No device node,
+// fifo or socket is ever created, and special files are never opened for reading.
+//
+// Errors: not_found (a missing file or parent), invalid_argument (malformed path, wrong
+// file type, directory not empty, target exists, a path through a symlink where none is
+// allowed, a refused tar entry: the context names it), permission_denied (EACCES/EPERM/
+// EROFS, a mount crossing, outside the writable roots), limit (size, entry and depth
+// caps; ENOSPC/EDQUOT), system (any other syscall failure).
+//
+// Concurrency: a SessionFs holds only the root fd and constants; it may be used from
+// several threads at once. Operations are not atomic against concurrent changes by the
+// sandbox, but every step acts on fds, so a race can make an operation fail or act on
+// another location inside the root, never outside it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "common/fd.h"
+
+namespace cela::session {
+
+struct FsLimits {
+  uint64_t max_file_bytes = 100ull << 20;     // read_file, write_file, one upload
+  uint64_t max_archive_bytes = 500ull << 20;  // export: tar stream bytes; import: entry data bytes
+  uint64_t max_archive_entries = 100000;      // export and import
+  uint64_t max_list_entries = 10000;          // one list() answer
+  int max_depth = 256;  // directory nesting walked by list/remove/export/import
+};
+
+struct FileInfo {
+  std::string name;            // last component of `path` ("/" for the root)
+  std::string path;            // as requested; list entries: the listed path + "/" + relative
+  std::string type;            // "file", "dir", "symlink" or "other"
+  uint64_t size = 0;           // st_size (a symlink: its target's length)
+  uint32_t mode = 0;           // permission bits (07777)
+  int64_t mtime_ms = 0;        // since the epoch
+  std::string symlink_target;  // symlinks only: readlink(2), verbatim
+};
+
+struct WriteResult {
+  std::string path;  // as requested
+  uint64_t size = 0;
+  std::string sha256;  // lower-case hex of the bytes written
+};
+
+struct WriteOptions {
+  std::optional<uint32_t> mode;  // default: the replaced regular file's mode, else 0644
+  // Create missing parent directories (0755, owner) like mkdir -p. Off: a missing parent
+  // is not_found, like PUT on a missing collection.
+  bool make_parents = false;
+};
+
+// An opened regular file for streaming a download. `fd` is read-only, positioned at 0.
+struct OpenedFile {
+  UniqueFd fd;
+  uint64_t size = 0;
+  uint32_t mode = 0;
+  int64_t mtime_ms = 0;
+};
+
+// An upload in progress: data goes to a fresh temp file (".cela-<random>.tmp", created
+// O_EXCL in the target directory, owner and mode already applied) and commit() renames
+// it over the target. Dropping an uncommitted upload removes the temp file. The temp
+// name is visible to the sandbox while the upload runs; whatever the sandbox does to it
+// stays inside the directory it could already write. A daemon killed mid-upload leaves
+// the temp file behind.
+class FileUpload {
+ public:
+  FileUpload(FileUpload&&) noexcept;
+  FileUpload& operator=(FileUpload&&) noexcept;
+  ~FileUpload();
+
+  // limit (and the temp file removed) once the total passes max_file_bytes.
+  Result<void> append(std::string_view chunk);
+  // Atomically replaces the target (rename(2): a symlink there is replaced, not followed;
+  // a directory there is invalid_argument). Call once.
+  Result<WriteResult> commit();
+
+ private:
+  friend class SessionFs;
+  struct State;
+  explicit FileUpload(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+class SessionFs {
+ public:
+  // root: an O_PATH|O_DIRECTORY fd of the sandbox's root directory; the daemon opens
+  // /proc/<init host pid>/root (the overlay root as the sandbox sees it). SessionFs owns it.
+  // owner_uid/gid: the host ids created files get (the sandbox's `user`).
+  // writable_roots: sandbox paths under which mutations are allowed ("/" for all); a
+  // root that does not exist matches nothing.
+  SessionFs(UniqueFd root, uid_t owner_uid, gid_t owner_gid, FsLimits limits = {},
+            std::vector<std::string> writable_roots = {"/"});
+
+  // Writes `data` atomically (temp file + rename). mode is masked with 0777.
+  Result<WriteResult> write_file(std::string_view path, std::string_view data,
+                                 const WriteOptions& options = {});
+  // The streaming form of write_file, for large bodies.
+  Result<FileUpload> open_upload(std::string_view path, const WriteOptions& options = {});
+
+  // The whole content of a regular file (symlinks followed inside the root); limit past
+  // max_file_bytes; invalid_argument for a directory or a special file.
+  Result<std::string> read_file(std::string_view path);
+  // The same checks without the size cap, for streaming: the caller reads the fd.
+  Result<OpenedFile> open_read(std::string_view path);
+
+  // lstat semantics for the final component.
+  Result<FileInfo> stat(std::string_view path);
+  // The entries below a directory (symlink followed inside the root), pre-order, each
+  // directory's entries sorted by name; depth 1 = direct children. Symlinked directories
+  // are listed as symlinks and not descended; mount points are listed, not descended.
+  // depth is capped at max_depth. limit past max_list_entries; invalid_argument for
+  // depth < 1 or a non-directory.
+  Result<std::vector<FileInfo>> list(std::string_view path, int depth = 1);
+
+  // Creates a directory (0755, owner). parents: missing parents too, and an existing
+  // directory is fine; otherwise an existing entry is invalid_argument. As with
+  // `mkdir -p`, nothing is created through a dangling symlink (not_found).
+  Result<void> mkdir(std::string_view path, bool parents = false);
+  // rename(2) within the root. overwrite=false: an existing `to` is invalid_argument.
+  Result<void> move(std::string_view from, std::string_view to, bool overwrite = false);
+  // Removes a file, symlink or empty directory; recursive: a whole tree, never following
+  // a symlink and never crossing a mount point (the walk fails there instead).
+  Result<void> remove(std::string_view path, bool recursive = false);
+
+  // Streams a tar (pax) of the directory's contents (entry names relative to it) to
+  // `sink`: regular files, directories and symlinks (stored as symlinks, never
+  // followed); special files and mount points are skipped; hard links are stored as
+  // separate files; uid/gid are stored as 0. limit once the stream would pass
+  // max_archive_bytes or the entries max_archive_entries; a sink error is returned as is.
+  Result<void> export_tar(std::string_view dir,
+                          const std::function<Result<void>(std::string_view chunk)>& sink);
+  // Extracts a tar (optionally gzip/bzip2/xz/zstd compressed, decoders built into
+  // libarchive only) read from `source` into the existing directory `dir`. `source`
+  // returns the next chunk, an empty view at EOF; a chunk must stay valid until the next
+  // call. Returns the number of entries extracted. Refused entries (invalid_argument,
+  // naming the entry): absolute names, any ".." component, devices, fifos, sockets,
+  // symlinks with an absolute target or one that leaves `dir` lexically, hard links whose
+  // target is absolute, has "..", or is not an existing file under `dir`. Every entry is
+  // created beneath `dir` without following any symlink (an earlier entry's symlink, or
+  // one the sandbox planted, cannot be walked through: invalid_argument). Files and
+  // symlinks replace existing ones; an existing directory is kept as it is; a created
+  // directory gets the entry's mode (0755 if none). limit past max_archive_bytes of entry
+  // data or max_archive_entries. Not transactional: entries extracted before a failure
+  // stay.
+  Result<uint64_t> import_tar(std::string_view dir,
+                              const std::function<Result<std::string_view>()>& source);
+
+ private:
+  struct ParentDir {
+    UniqueFd dir;      // O_PATH fd of the resolved parent directory
+    std::string name;  // final component, never empty, "." or ".."
+  };
+  Result<UniqueFd> open_in_root(std::string_view path, int flags) const;
+  // The parent directory of `path` and its final component; make_parents creates
+  // missing ancestors. writable: also checks the parent against the writable roots.
+  Result<ParentDir> open_parent(std::string_view path, bool writable, bool make_parents) const;
+  Result<UniqueFd> make_dirs(std::string_view path) const;
+  Result<void> check_writable(int dir_fd, std::string_view path) const;
+  // Creates directory `name` in `dir_fd` with `mode`, owned by the owner (EEXIST is
+  // returned as an error with err == EEXIST).
+  Result<void> make_dir_at(int dir_fd, const std::string& name, uint32_t mode,
+                           std::string_view what) const;
+  // A temp file in `dir` (owner and `mode` applied) to be renamed over `name`.
+  Result<FileUpload> start_upload(UniqueFd dir, std::string name, std::string path, uint32_t mode,
+                                  uint64_t max_bytes) const;
+
+  struct TarImport;  // fs_tar.cc
+
+  UniqueFd root_;
+  uid_t owner_uid_;
+  gid_t owner_gid_;
+  FsLimits limits_;
+  std::vector<std::string> writable_roots_;
+};
+
+}  // namespace cela::session

@@ -1,0 +1,113 @@
+"""A cela daemon started by a test (its own state dir, socket and port) and a small
+HTTP client for it: unix socket (local root) or TCP with a key."""
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+from conftest import CELA
+
+
+class UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout=60):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(self.timeout)
+        s.connect(self.unix_path)
+        self.sock = s
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Daemon:
+    def __init__(self, config=None):
+        self.dir = tempfile.mkdtemp(prefix="cela-test-")
+        self.state = os.path.join(self.dir, "state")
+        self.socket = os.path.join(self.dir, "cela.sock")
+        self.port = free_port()
+        self.config = config
+        self.proc = None
+        self.log = open(os.path.join(self.dir, "daemon.log"), "w+")
+
+    def start(self):
+        args = [CELA, "serve", "--state-dir", self.state, "--socket", self.socket,
+                "--listen", f"127.0.0.1:{self.port}"]
+        if self.config:
+            path = os.path.join(self.dir, "config.json")
+            with open(path, "w") as f:
+                json.dump(self.config, f)
+            args += ["--config", path]
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        end = time.monotonic() + 15
+        while time.monotonic() < end:
+            try:
+                if self.request("GET", "/healthz")[0] == 200:
+                    return self
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError("daemon did not start: " + self.logs())
+
+    def logs(self):
+        self.log.flush()
+        with open(self.log.name) as f:
+            return f.read()
+
+    @property
+    def key(self):
+        with open(os.path.join(self.state, "dev.key")) as f:
+            return f.read().strip()
+
+    def stop(self, sig=signal.SIGTERM):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def request(self, method, path, body=None, headers=None, tcp=False, key=None, raw=False, timeout=60):
+        conn = (http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout) if tcp
+                else UnixConnection(self.socket, timeout=timeout))
+        h = dict(headers or {})
+        if key:
+            h["Authorization"] = f"Bearer {key}"
+        data = body if isinstance(body, (bytes, str)) or body is None else json.dumps(body)
+        conn.request(method, path, body=data, headers=h)
+        resp = conn.getresponse()
+        payload = resp.read()
+        conn.close()
+        if raw:
+            return resp.status, payload, resp
+        return resp.status, (json.loads(payload) if payload else None), resp
+
+    def session(self, **body):
+        body.setdefault("template", "host")
+        body.setdefault("limits", {"memory_mb": 256})
+        status, s, _ = self.request("POST", "/v1/sessions", body)
+        assert status == 201, s
+        return s["id"]
+
+    def run(self, sid, cmd, **extra):
+        status, r, _ = self.request("POST", f"/v1/sessions/{sid}/run", {"cmd": cmd, **extra})
+        assert status == 200, r
+        return r
+
+    def delete(self, sid):
+        return self.request("DELETE", f"/v1/sessions/{sid}")
