@@ -1,0 +1,148 @@
+"""The CLI's client commands (`cela session|exec|logs|cp`) against a daemon started
+by the test: unix socket (root, no key) and TCP with CELA_API_KEY."""
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import CELA
+from daemon_util import Daemon
+
+
+@pytest.fixture(scope="module")
+def daemon():
+    d = Daemon().start()
+    yield d
+    d.stop()
+
+
+def cli(daemon, words, *rest, url=None, env=None, timeout=60, input=None):
+    """`cela WORDS --url URL REST...` (text); url defaults to the daemon's unix socket."""
+    args = [CELA, *words]
+    if url != "":
+        args += ["--url", url or f"unix://{daemon.socket}"]
+    return subprocess.run(args + list(rest), capture_output=True, text=True, timeout=timeout, input=input,
+                          stdin=None if input is not None else subprocess.DEVNULL,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.fixture
+def session(daemon):
+    """A session made with `cela session create`; deleted after the test."""
+    p = cli(daemon, ["session", "create"], "--template", "host", "--memory-mb", "256", "--env", "GREETING=hi")
+    assert p.returncode == 0, p.stderr
+    sid = p.stdout.strip()
+    assert sid and "\n" not in sid
+    yield sid
+    daemon.delete(sid)
+
+
+def test_exec_exit_code_and_streams(daemon, session):
+    p = cli(daemon, ["exec", session], "--", "sh", "-c", "echo out; echo $GREETING; echo err >&2; exit 3")
+    assert p.returncode == 3, p.stderr
+    assert p.stdout == "out\nhi\n"
+    assert p.stderr == "err\n"
+    p = cli(daemon, ["exec", session], "--cwd", "/tmp", "--env", "X=1", "--", "sh", "-c", "pwd; echo $X")
+    assert (p.returncode, p.stdout) == (0, "/tmp\n1\n"), p.stderr
+    p = cli(daemon, ["exec", session], "--", "sh", "-c", "kill -TERM $$")
+    assert p.returncode == 128 + 15
+    p = cli(daemon, ["exec", session], "--timeout-s", "1", "--", "sleep", "30")
+    assert p.returncode == 124, p.stderr
+
+
+def test_exec_streams_before_the_end(daemon, session):
+    start = time.monotonic()
+    p = subprocess.Popen([CELA, "exec", session, "--url", f"unix://{daemon.socket}", "--", "sh", "-c",
+                          "echo first; sleep 3; echo second"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = p.stdout.readline()
+        took = time.monotonic() - start
+        assert first == "first\n"
+        assert took < 2.5, f"first line took {took:.1f}s"
+        assert p.poll() is None
+        rest, err = p.communicate(timeout=30)
+        assert rest == "second\n", err
+        assert p.returncode == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def test_cp_round_trip(daemon, session, tmp_path):
+    data = bytes(range(256)) * 300
+    src = tmp_path / "up.bin"
+    src.write_bytes(data)
+    p = cli(daemon, ["cp"], str(src), f"{session}:/home/user/up.bin")
+    assert p.returncode == 0, p.stderr
+    p = cli(daemon, ["exec", session], "--", "sh", "-c", "wc -c < /home/user/up.bin")
+    assert p.stdout.strip() == str(len(data))
+    p = cli(daemon, ["cp"], f"{session}:/home/user/up.bin", str(tmp_path / "down.bin"))
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "down.bin").read_bytes() == data
+    # Into a directory: keeps the file's name.
+    p = cli(daemon, ["cp"], f"{session}:/home/user/up.bin", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "up.bin").read_bytes() == data
+    p = cli(daemon, ["cp"], f"{session}:/home/user/missing", str(tmp_path / "x"))
+    assert p.returncode == 1
+    assert p.stderr.startswith("cela: ") and len(p.stderr.splitlines()) == 1
+
+
+def test_logs(daemon, session):
+    p = cli(daemon, ["exec", session], "--detach", "--", "sh", "-c", "echo one; sleep 1; echo two >&2")
+    assert p.returncode == 0, p.stderr
+    eid = p.stdout.strip()
+    p = cli(daemon, ["logs", session, eid], "--follow")
+    assert (p.returncode, p.stdout, p.stderr) == (0, "one\n", "two\n")
+    p = cli(daemon, ["logs", session, eid])
+    assert (p.returncode, p.stdout, p.stderr) == (0, "one\n", "two\n")
+    p = cli(daemon, ["logs", session, "e-nope"])
+    assert p.returncode == 1 and p.stderr.startswith("cela: ")
+
+
+def test_ls_get_over_tcp(daemon, session):
+    url = f"http://127.0.0.1:{daemon.port}"
+    p = cli(daemon, ["session", "ls"], url=url, env={"CELA_API_KEY": daemon.key})
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].split() == ["ID", "STATE", "TEMPLATE", "CREATED"]
+    assert any(l.split()[0] == session for l in lines[1:])
+    p = cli(daemon, ["session", "ls"], "--json")
+    assert session in [s["id"] for s in json.loads(p.stdout)]
+    p = cli(daemon, ["session", "get", session], url=url, env={"CELA_API_KEY": daemon.key})
+    assert p.returncode == 0 and json.loads(p.stdout)["id"] == session
+    # Via CELA_URL, without a key: refused.
+    p = cli(daemon, ["session", "ls"], url="", env={"CELA_URL": url, "CELA_API_KEY": ""})
+    assert p.returncode == 1
+    assert p.stderr.startswith("cela: ")
+
+
+def test_rm_ends_the_session(daemon):
+    p = cli(daemon, ["session", "create"], "--template", "host", "--memory-mb", "256", "--json")
+    assert p.returncode == 0, p.stderr
+    sid = json.loads(p.stdout)["id"]
+    try:
+        p = cli(daemon, ["session", "rm", sid])
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.startswith(f"{sid} terminated")
+        assert "cleanup:" in p.stdout
+        p = cli(daemon, ["exec", sid], "--", "true")
+        assert p.returncode == 1
+        assert p.stderr.startswith("cela: ")
+        assert "gone" in p.stderr or "ended" in p.stderr, p.stderr
+    finally:
+        daemon.delete(sid)
+
+
+def test_usage_and_connection_errors(daemon, tmp_path):
+    assert cli(daemon, ["exec"]).returncode == 2
+    assert cli(daemon, ["session", "ls"], "--bogus").returncode == 2
+    p = cli(daemon, ["cp"], str(tmp_path / "a"), str(tmp_path / "b"))
+    assert p.returncode == 2
+    p = cli(daemon, ["session", "ls"], url=f"unix://{tmp_path}/no.sock")
+    assert p.returncode == 1
+    assert p.stderr.startswith("cela: ") and len(p.stderr.splitlines()) == 1
