@@ -1,0 +1,158 @@
+// Connection (internal to api/): one accepted client socket, unix or TCP, served on its
+// own strand: reads requests one after the other (keep-alive), routes, authenticates,
+// reads the body, calls the handler, writes the answer or the stream.
+//
+// Deadlines are steady timers armed per phase (idle, header, body, each write); each
+// arm bumps a generation number so that a timer that fired just as its phase ended
+// cannot cut the next phase short.
+//
+// Ownership: the server's registry owns an open connection; pending async operations
+// own it too (they capture shared_from_this()). Responders and streams hold weak
+// references and reach it only through the thread-safe methods below, which post onto
+// the strand.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <boost/asio/generic/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/empty_body.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/serializer.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "api/http_error.h"
+#include "api/request.h"
+#include "api/router.h"
+
+namespace cela::api::detail {
+
+struct ServerCore;
+class StreamChannel;
+
+using Socket = boost::asio::generic::stream_protocol::socket;
+using StringResponse = http::response<http::string_body>;
+using StreamHead = http::response<http::empty_body>;
+
+enum class StreamKind { sse, chunked };
+
+// Takes a freshly accepted socket: serves it, or answers 503 capacity_exceeded and
+// closes it when max_connections are already open.
+void admit_connection(ServerCore& core, Socket socket, Transport transport,
+                      const std::string& local_label);
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(ServerCore& core, Socket socket, Transport transport, std::optional<PeerCred> peer,
+             std::string remote_address);
+  ~Connection();
+
+  void start();
+
+  // ---- thread-safe: each posts onto the strand
+  void send_response(std::shared_ptr<StringResponse> response);
+  void begin_stream(std::shared_ptr<StreamChannel> channel, std::shared_ptr<StreamHead> head,
+                    StreamKind kind);
+  void kick_stream();
+  void abort_stream();
+  void close();
+  bool is_closed() const { return closed_.load(); }
+  void log(std::string_view line) const;
+
+ private:
+  template <class F>
+  void post(F&& fn);
+
+  // Request cycle, in order.
+  void read_next_request();
+  void read_header();
+  void on_header(boost::system::error_code ec);
+  void route_request();
+  void read_body();
+  void on_body(boost::system::error_code ec);
+  void dispatch();
+
+  // Answers.
+  void reject(const ApiError& error, const Headers& extra = {});
+  void write_response(std::shared_ptr<StringResponse> response);
+  void on_response_written(boost::system::error_code ec, bool keep_alive);
+  void log_access(int status);
+
+  // Streams.
+  void start_stream(std::shared_ptr<StreamChannel> channel, std::shared_ptr<StreamHead> head,
+                    StreamKind kind);
+  void on_stream_head_written(boost::system::error_code ec);
+  void pump_stream();
+  void on_stream_written(boost::system::error_code ec);
+  void write_stream_end();
+  void on_stream_ended(boost::system::error_code ec);
+  void watch_peer();
+  void arm_keepalive();
+
+  // Closing.
+  void graceful_close();
+  void drain();
+  void finish();
+
+  // Deadlines.
+  void arm_read_deadline(std::chrono::milliseconds timeout);
+  void disarm_read_deadline();
+  void arm_write_deadline();
+  void disarm_write_deadline();
+
+  bool body_unread() const;
+
+  ServerCore& core_;
+  Socket socket_;
+  const Transport transport_;
+  const std::optional<PeerCred> peer_;
+  const std::string remote_address_;
+
+  boost::beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  boost::asio::steady_timer read_timer_;
+  boost::asio::steady_timer write_timer_;
+  boost::asio::steady_timer keepalive_timer_;
+  std::uint64_t read_generation_ = 0;
+  std::uint64_t write_generation_ = 0;
+  bool read_timed_out_ = false;
+  bool first_request_ = true;
+  std::atomic<bool> closed_{false};
+
+  // The request in progress.
+  std::optional<Request> request_;
+  const Route* route_ = nullptr;
+  std::string request_id_;
+  std::string method_;
+  std::string path_;
+  std::string tenant_;
+  unsigned version_ = 11;
+  bool keep_alive_ = false;
+  bool head_request_ = false;
+  std::chrono::steady_clock::time_point started_;
+
+  std::shared_ptr<StringResponse> out_;
+
+  // The stream in progress.
+  std::shared_ptr<StreamChannel> stream_;
+  std::shared_ptr<StreamHead> stream_head_;
+  std::optional<http::response_serializer<http::empty_body>> stream_serializer_;
+  StreamKind stream_kind_ = StreamKind::sse;
+  bool stream_chunked_ = true;
+  bool stream_keep_alive_ = false;
+  bool stream_writing_ = false;
+  std::string stream_out_;
+
+  bool peer_reading_ = false;
+  std::array<char, 1024> scratch_{};
+};
+
+}  // namespace cela::api::detail

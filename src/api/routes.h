@@ -1,0 +1,38 @@
+// The v1 routes of API.md, wired to the session layer: one function per resource
+// file (routes_sessions.cc: sessions and execs; routes_files.cc: files;
+// routes_admin.cc: health, tenants, keys, OpenAPI). Handlers parse and validate on
+// the I/O thread, then run anything that may block (SQLite, jails, files) through
+// HttpServer::post_blocking and answer from there.
+#pragma once
+
+#include "api/server.h"
+#include "session/manager.h"
+#include "store/store.h"
+
+namespace cela::api {
+
+struct RouteContext {
+  HttpServer& server;
+  session::SessionManager& sessions;
+  store::Store& store;
+  std::string default_tenant_id;  // the tenant of local (unix socket, uid 0) callers
+};
+
+void add_session_routes(RouteContext& ctx);
+void add_file_routes(RouteContext& ctx);
+void add_admin_routes(RouteContext& ctx);
+
+// Authenticates per API.md: unix-socket peers with uid 0 act as the default tenant
+// with admin rights; TCP callers need `Authorization: Bearer <key>`.
+Authenticator make_authenticator(RouteContext& ctx);
+
+// Helpers shared by the route files.
+session::Caller caller_of(const Request& request);
+// Runs `work` on the blocking pool; its ApiResult becomes the JSON answer (`status`
+// on success) or the error object.
+void answer_blocking(RouteContext& ctx, Responder& res, int status,
+                     std::function<ApiResult<boost::json::value>()> work);
+// Routes that take raw uploads (files, archives, stdin): the larger body limit.
+RouteOptions upload_options(const RouteContext& ctx);
+
+}  // namespace cela::api

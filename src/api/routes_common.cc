@@ -1,0 +1,49 @@
+#include <boost/json.hpp>
+
+#include "api/responder.h"
+#include "api/routes.h"
+
+namespace cela::api {
+
+RouteOptions upload_options(const RouteContext& ctx) {
+  RouteOptions o;
+  o.body_limit = ctx.sessions.config().max_upload_bytes;
+  o.body_timeout = std::chrono::minutes(10);
+  return o;
+}
+
+session::Caller caller_of(const Request& request) {
+  session::Caller c;
+  if (request.principal) {
+    c.tenant_id = request.principal->tenant_id;
+    c.admin = request.principal->admin;
+  }
+  return c;
+}
+
+void answer_blocking(RouteContext& ctx, Responder& res, int status,
+                     std::function<ApiResult<boost::json::value>()> work) {
+  ctx.server.post_blocking([responder = res.shared_from_this(), status, work = std::move(work)] {
+    ApiResult<boost::json::value> result = work();
+    if (result) responder->json(status, *result);
+    else responder->error(result.error());
+  });
+}
+
+Authenticator make_authenticator(RouteContext& ctx) {
+  return [&ctx](const Request& request) -> std::expected<Principal, ApiError> {
+    if (request.transport == Transport::unix_socket) {
+      // The socket is mode 0600 and root-owned; still, only uid 0 acts as local root.
+      if (request.peer && request.peer->uid == 0) return Principal{ctx.default_tenant_id, true, ""};
+      return std::unexpected(ApiError::unauthorized("only root may use the local socket without a key"));
+    }
+    auto token = bearer_token(request);
+    if (!token) return std::unexpected(ApiError::unauthorized());
+    auto key = ctx.store.authenticate(*token);
+    if (!key) return std::unexpected(ApiError::internal(key.error().message()));
+    if (!*key) return std::unexpected(ApiError::unauthorized());
+    return Principal{(*key)->tenant_id, (*key)->admin, (*key)->id};
+  };
+}
+
+}  // namespace cela::api

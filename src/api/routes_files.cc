@@ -1,0 +1,189 @@
+// Files (API.md "Files"): every path resolves inside the session root (SessionFs).
+#include <boost/json.hpp>
+#include <charconv>
+
+#include "api/json_body.h"
+#include "api/responder.h"
+#include "api/routes.h"
+
+namespace cela::api {
+namespace json = boost::json;
+using http::verb;
+
+namespace {
+
+ApiResult<std::string> path_param(const Request& req) {
+  auto p = req.query_value("path");
+  if (!p || p->empty()) return api_fail(ApiError::invalid_request("query `path` is required"));
+  return std::string(*p);
+}
+
+json::object info_json(const session::FileInfo& i) {
+  json::object o{{"name", i.name}, {"path", i.path},   {"type", i.type},
+                 {"size", i.size}, {"mode", i.mode},   {"mtime", i.mtime_ms}};
+  o["symlink_target"] = i.type == "symlink" ? json::value(i.symlink_target) : json::value(nullptr);
+  return o;
+}
+
+// Runs `work` with the session's file view, on the blocking pool.
+void with_fs(RouteContext& ctx, Responder& res, const Request& req,
+             std::function<void(session::SessionFs&, Responder&)> work) {
+  ctx.server.post_blocking([&ctx, responder = res.shared_from_this(), caller = caller_of(req),
+                            id = std::string(req.param("id")), work = std::move(work)] {
+    auto fs = ctx.sessions.files(caller, id);
+    if (!fs) return responder->error(from_error(fs.error()).with_session(id));
+    work(**fs, *responder);
+  });
+}
+
+void fail_with(Responder& res, const Error& e, const std::string& session_id = {}) {
+  ApiError a = from_error(e);
+  res.error(session_id.empty() ? a : a.with_session(session_id));
+}
+
+}  // namespace
+
+void add_file_routes(RouteContext& ctx) {
+  Router& r = ctx.server.router();
+  RouteOptions upload = upload_options(ctx);
+
+  r.add(verb::put, "/v1/sessions/{id}/files", [&ctx](Request& req, Responder& res) {
+    auto path = path_param(req);
+    if (!path) return res.error(path.error());
+    session::WriteOptions options;
+    if (auto m = req.query_value("mode")) {
+      unsigned mode = 0;
+      auto [p, ec] = std::from_chars(m->data(), m->data() + m->size(), mode, 8);
+      if (ec != std::errc() || p != m->data() + m->size() || mode > 07777)
+        return res.error(ApiError::invalid_request("query `mode` must be octal, e.g. 0644"));
+      options.mode = mode;
+    }
+    auto parents = req.query_flag("parents");
+    if (!parents) return res.error(parents.error());
+    options.make_parents = *parents;
+    with_fs(ctx, res, req, [path = *path, options, body = std::move(req.body)](session::SessionFs& fs, Responder& out) {
+      auto w = fs.write_file(path, body, options);
+      if (!w) return fail_with(out, w.error());
+      out.json(201, json::object{{"path", w->path}, {"size", w->size}, {"sha256", w->sha256}});
+    });
+  }, upload);
+
+  r.add(verb::get, "/v1/sessions/{id}/files", [&ctx](Request& req, Responder& res) {
+    auto path = path_param(req);
+    if (!path) return res.error(path.error());
+    with_fs(ctx, res, req, [path = *path](session::SessionFs& fs, Responder& out) {
+      auto data = fs.read_file(path);
+      if (!data) return fail_with(out, data.error());
+      out.raw(200, "application/octet-stream", std::move(*data));
+    });
+  });
+
+  r.add(verb::head, "/v1/sessions/{id}/files", [&ctx](Request& req, Responder& res) {
+    auto path = path_param(req);
+    if (!path) return res.error(path.error());
+    with_fs(ctx, res, req, [path = *path](session::SessionFs& fs, Responder& out) {
+      auto st = fs.stat(path);
+      if (!st) return fail_with(out, st.error());
+      out.raw(200, "application/octet-stream", "",
+              {{"X-Cela-Size", std::to_string(st->size)}, {"X-Cela-Mtime-Ms", std::to_string(st->mtime_ms)},
+               {"X-Cela-Type", st->type}});
+    });
+  });
+
+  r.add(verb::delete_, "/v1/sessions/{id}/files", [&ctx](Request& req, Responder& res) {
+    auto path = path_param(req);
+    if (!path) return res.error(path.error());
+    auto recursive = req.query_flag("recursive");
+    if (!recursive) return res.error(recursive.error());
+    with_fs(ctx, res, req, [path = *path, recursive = *recursive](session::SessionFs& fs, Responder& out) {
+      if (auto r = fs.remove(path, recursive); !r) return fail_with(out, r.error());
+      out.no_content();
+    });
+  });
+
+  r.add(verb::get, "/v1/sessions/{id}/fs", [&ctx](Request& req, Responder& res) {
+    std::string path(req.query_value("path").value_or("/"));
+    int depth = 1;
+    if (auto d = req.query_value("depth")) {
+      auto [p, ec] = std::from_chars(d->data(), d->data() + d->size(), depth);
+      if (ec != std::errc() || p != d->data() + d->size() || depth < 1 || depth > 64)
+        return res.error(ApiError::invalid_request("query `depth` must be 1..64"));
+    }
+    with_fs(ctx, res, req, [path, depth](session::SessionFs& fs, Responder& out) {
+      auto entries = fs.list(path, depth);
+      if (!entries) return fail_with(out, entries.error());
+      json::array a;
+      for (auto& e : *entries) a.push_back(info_json(e));
+      out.json(200, json::object{{"path", path}, {"entries", a}});
+    });
+  });
+
+  r.add(verb::post, "/v1/sessions/{id}/fs/mkdir", [&ctx](Request& req, Responder& res) {
+    auto body = parse_json_object(req.body);
+    if (!body) return res.error(body.error());
+    JsonFields f(*body);
+    if (auto ok = f.only({"path", "parents"}); !ok) return res.error(ok.error());
+    auto path = f.require_string("path");
+    if (!path) return res.error(path.error());
+    auto parents = f.boolean("parents");
+    if (!parents) return res.error(parents.error());
+    with_fs(ctx, res, req, [path = *path, parents = parents->value_or(false)](session::SessionFs& fs, Responder& out) {
+      if (auto r = fs.mkdir(path, parents); !r) return fail_with(out, r.error());
+      out.json(201, json::object{{"path", path}});
+    });
+  });
+
+  r.add(verb::post, "/v1/sessions/{id}/fs/move", [&ctx](Request& req, Responder& res) {
+    auto body = parse_json_object(req.body);
+    if (!body) return res.error(body.error());
+    JsonFields f(*body);
+    if (auto ok = f.only({"from", "to", "overwrite"}); !ok) return res.error(ok.error());
+    auto from = f.require_string("from");
+    if (!from) return res.error(from.error());
+    auto to = f.require_string("to");
+    if (!to) return res.error(to.error());
+    auto overwrite = f.boolean("overwrite");
+    if (!overwrite) return res.error(overwrite.error());
+    with_fs(ctx, res, req, [from = *from, to = *to, ow = overwrite->value_or(false)](session::SessionFs& fs,
+                                                                                    Responder& out) {
+      if (auto r = fs.move(from, to, ow); !r) return fail_with(out, r.error());
+      out.json(200, json::object{{"from", from}, {"to", to}});
+    });
+  });
+
+  r.add(verb::get, "/v1/sessions/{id}/archive", [&ctx](Request& req, Responder& res) {
+    auto path = path_param(req);
+    if (!path) return res.error(path.error());
+    with_fs(ctx, res, req, [path = *path](session::SessionFs& fs, Responder& out) {
+      // Fail before the first byte when the directory is missing.
+      auto st = fs.stat(path);
+      if (!st) return fail_with(out, st.error());
+      if (st->type != "dir") return out.error(ApiError::invalid_request("`path` must be a directory"));
+      auto writer = out.start_chunked(200, "application/x-tar");
+      if (!writer) return;
+      auto r = fs.export_tar(path, [&](std::string_view chunk) -> Result<void> {
+        if (!writer->write(chunk)) return fail(ErrorCode::system, "client went away");
+        return {};
+      });
+      if (r) writer->finish();
+      else writer->abort();  // a truncated tar must not look complete
+    });
+  });
+
+  r.add(verb::put, "/v1/sessions/{id}/archive", [&ctx](Request& req, Responder& res) {
+    auto path = path_param(req);
+    if (!path) return res.error(path.error());
+    with_fs(ctx, res, req, [path = *path, body = std::move(req.body)](session::SessionFs& fs, Responder& out) {
+      bool given = false;
+      auto n = fs.import_tar(path, [&]() -> Result<std::string_view> {
+        if (given) return std::string_view();
+        given = true;
+        return std::string_view(body);
+      });
+      if (!n) return fail_with(out, n.error());
+      out.json(200, json::object{{"path", path}, {"entries", *n}});
+    });
+  }, upload);
+}
+
+}  // namespace cela::api
