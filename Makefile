@@ -39,8 +39,8 @@ serve: build base-template
 	$(BUILD_DIR)/cela serve
 
 bench: build
-	python3 bench/spawn.py --cela $(BUILD_DIR)/cela
-	python3 bench/daemon.py --cela $(BUILD_DIR)/cela
+	/usr/bin/python3 bench/spawn.py --cela $(BUILD_DIR)/cela
+	/usr/bin/python3 bench/daemon.py --cela $(BUILD_DIR)/cela
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Spawn benchmark: cela run vs bubblewrap vs plain fork+exec, in one run.
 
 Each round runs the three commands once, in turn, so machine noise hits them alike.

@@ -195,8 +195,12 @@ Result<void> CgroupV1::kill_until_empty() {
 Result<void> CgroupV1::destroy() {
   if (destroyed_) return {};
   if (std::ranges::any_of(paths_.all, [](const std::string& dir) { return exists(dir); })) {
-    if (auto r = kill_all(); !r) return r;
-    if (auto r = wait_until_empty(*this, paths_.memory); !r) return r;
+    // An empty cgroup needs no kill (the freezer round trip costs a few ms).
+    auto busy = populated();
+    if (!busy || *busy) {
+      if (auto r = kill_all(); !r) return r;
+      if (auto r = wait_until_empty(*this, paths_.memory); !r) return r;
+    }
     for (const std::string& dir : paths_.all) {
       if (auto r = remove_cgroup_dir(dir); !r) return r;
     }

@@ -125,8 +125,11 @@ Result<void> CgroupV2::freeze_kill_thaw() {
 Result<void> CgroupV2::destroy() {
   if (destroyed_) return {};
   if (exists(dir_)) {
-    if (auto r = kill_all(); !r) return r;
-    if (auto r = wait_until_empty(*this, dir_); !r) return r;
+    auto busy = populated();
+    if (!busy || *busy) {
+      if (auto r = kill_all(); !r) return r;
+      if (auto r = wait_until_empty(*this, dir_); !r) return r;
+    }
     if (auto r = remove_cgroup_dir(dir_); !r) return r;
   }
   fd_.reset();

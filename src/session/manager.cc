@@ -357,7 +357,10 @@ Result<boost::json::object> SessionManager::create(const Caller& caller, const j
   };
   // The tenant's quotas (live sessions, total memory) are checked in the same
   // transaction as the insert: two concurrent creates cannot both slip through.
-  if (auto ins = store_.insert_session(r, q); !ins) return give_back(ins.error());
+  // max_cpus is a per-session ceiling (checked above), not a tenant total.
+  store::Quotas totals = q;
+  totals.max_cpus = 0;
+  if (auto ins = store_.insert_session(r, totals); !ins) return give_back(ins.error());
 
   auto fail_start = [&](const Error& e) -> std::unexpected<Error> {
     (void)store_.set_terminated(r.id, "failed", "start_failed", e.message(), nullptr);
@@ -475,9 +478,7 @@ void notify_output(ExecState& e, std::string_view stream, uint64_t offset, std::
 }  // namespace
 
 // Everything that ends an exec funnels here (reactor thread, session locked).
-static void finish_exec(SessionManager& mgr, store::Store& store, Session& session, ExecState& e,
-                        const std::string& output_dir) {
-  (void)mgr;
+static void finish_exec(store::Store& store, Session& session, ExecState& e, const std::string& output_dir) {
   if (e.finished) return;
   e.finished = true;
   for (auto* t : {e.timeout.get(), e.grace.get(), e.linger.get()})
@@ -526,6 +527,7 @@ static void finish_exec(SessionManager& mgr, store::Store& store, Session& sessi
   (void)store.finish_exec(r);
   // Persist the captured output for retrieval after the exec (and the daemon) moves on.
   for (auto [stream, buf] : {std::pair{"stdout", &e.out_buf}, std::pair{"stderr", &e.err_buf}}) {
+    if (buf->empty()) continue;  // nothing to keep: no file, no index row
     std::string path = output_dir + "/" + r.id + "." + stream;
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd >= 0) {
@@ -548,19 +550,19 @@ static void finish_exec(SessionManager& mgr, store::Store& store, Session& sessi
 
 namespace {
 
-void maybe_finish(SessionManager& mgr, store::Store& store, Session& s, ExecState& e, const std::string& dir,
+void maybe_finish(store::Store& store, Session& s, ExecState& e, const std::string& dir,
                   asio::io_context& reactor) {
   if (e.finished || !e.status) return;
   if (e.out_eof && e.err_eof) {
-    finish_exec(mgr, store, s, e, dir);
+    finish_exec(store, s, e, dir);
     return;
   }
   if (!e.linger) {
     e.linger = std::make_unique<asio::steady_timer>(reactor, kOutputLinger);
-    e.linger->async_wait([&mgr, &store, &s, &e, dir](boost::system::error_code ec) {
+    e.linger->async_wait([&store, &s, &e, dir](boost::system::error_code ec) {
       if (ec) return;
       std::lock_guard lock(s.mu);
-      finish_exec(mgr, store, s, e, dir);
+      finish_exec(store, s, e, dir);
     });
   }
 }
@@ -614,7 +616,7 @@ void SessionManager::on_control(const std::shared_ptr<Session>& session) {
               (is_out ? e->out_eof : e->err_eof) = true;
               dd.reset();
               *reader = nullptr;
-              maybe_finish(*this, store_, *session, *e, output_dir, reactor_);
+              maybe_finish(store_, *session, *e, output_dir, reactor_);
               return;
             }
             std::string& keep = is_out ? e->out_buf : e->err_buf;
@@ -657,10 +659,10 @@ void SessionManager::on_control(const std::shared_ptr<Session>& session) {
       e->start_error = Error{ErrorCode::invalid_argument, msg->body.at("errno").to_number<int>(),
                              std::string(msg->body.at("step").as_string())};
       e->out_eof = e->err_eof = true;
-      finish_exec(*this, store_, *session, *e, output_dir);
+      finish_exec(store_, *session, *e, output_dir);
     } else if (type == "exited") {
       e->status = msg->body.at("status").to_number<int>();
-      maybe_finish(*this, store_, *session, *e, output_dir, reactor_);
+      maybe_finish(store_, *session, *e, output_dir, reactor_);
     }
   }
   if (session->ended || !session->control) return;
@@ -694,7 +696,7 @@ void SessionManager::terminate(const std::shared_ptr<Session>& session, std::str
   for (auto& [id, e] : session->execs) {
     if (e->finished) continue;
     if (!e->status) e->kill_signal = SIGKILL;
-    finish_exec(*this, store_, *session, *e, output_dir);
+    finish_exec(store_, *session, *e, output_dir);
   }
   session->control.reset();
   session->pidfd.reset();
@@ -941,7 +943,7 @@ Result<json::object> SessionManager::start_exec(const Caller& caller, const std:
   if (auto sent = session->sandbox->send_exec(req, fds); !sent) {
     e->start_error = sent.error();
     e->out_eof = e->err_eof = true;
-    finish_exec(*this, store_, *session, *e, config_.state_dir + "/output");
+    finish_exec(store_, *session, *e, config_.state_dir + "/output");
     return std::unexpected(sent.error());
   }
   join->clear();
