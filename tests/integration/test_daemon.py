@@ -194,3 +194,35 @@ def test_recovery_after_kill_9(tmp_path):
         assert not session_cgroups()
     finally:
         d.stop()
+
+
+def test_archive_import_and_export_round_trip(daemon):
+    import io
+    import tarfile
+    sid = daemon.session()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in (("a.txt", b"alpha"), ("sub/b.txt", b"beta")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    status, r, _ = daemon.request("PUT", f"/v1/sessions/{sid}/archive?path=/home/user/in", buf.getvalue())
+    assert status == 404 and r["error"]["code"] == "not_found", r  # the target directory must exist first
+    daemon.run(sid, "mkdir -p /home/user/in")
+    status, r, _ = daemon.request("PUT", f"/v1/sessions/{sid}/archive?path=/home/user/in", buf.getvalue())
+    assert status == 200 and r["entries"] >= 2, r
+    assert daemon.run(sid, "cat /home/user/in/sub/b.txt; stat -c %U /home/user/in/a.txt")["stdout"] == "betauser\n"
+    # A tar that points out is refused.
+    evil = io.BytesIO()
+    with tarfile.open(fileobj=evil, mode="w") as tar:
+        info = tarfile.TarInfo("../../../../etc/cela-evil")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    status, err, _ = daemon.request("PUT", f"/v1/sessions/{sid}/archive?path=/home/user/in", evil.getvalue())
+    assert status == 400 and err["error"]["code"] == "invalid_request", err
+    status, data, _ = daemon.request("GET", f"/v1/sessions/{sid}/archive?path=/home/user/in", raw=True)
+    assert status == 200
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        names = sorted(m.name.lstrip("./") for m in tar.getmembers() if m.isfile())
+        assert names == ["a.txt", "sub/b.txt"], names
+    daemon.delete(sid)
