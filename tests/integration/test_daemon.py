@@ -139,6 +139,11 @@ def test_bad_exec_requests_and_wrong_state(daemon):
     status, err, _ = daemon.request("GET", f"/v1/sessions/{sid}/execs/{e['id']}/output")
     assert status == 409 and err["error"]["code"] == "conflict"
     assert daemon.request("GET", f"/v1/sessions/{sid}/execs/e-0000000000000000")[0] == 404
+    for path in ("relative/x", "", "/tmp/a%00b"):
+        status, err, _ = daemon.request("PUT", f"/v1/sessions/{sid}/files?path={path}", b"x")
+        assert status == 400 and err["error"]["code"] == "invalid_request", (path, err)
+    status, err, _ = daemon.request("GET", f"/v1/sessions/{sid}/files?path=/no/such/file")
+    assert status == 404 and err["error"]["code"] == "not_found", err
     assert daemon.request("GET", "/v1/sessions/s-0000000000000000")[0] == 404
     daemon.delete(sid)
 
