@@ -736,12 +736,14 @@ void SessionManager::terminate(const std::shared_ptr<Session>& session, std::str
 
 // ---- lookups ---------------------------------------------------------------------
 
+std::shared_ptr<Session> SessionManager::live_session(const std::string& id) const {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(id);
+  return it == sessions_.end() ? nullptr : it->second;
+}
+
 Result<std::shared_ptr<Session>> SessionManager::find_live(const Caller& caller, const std::string& id) {
-  {
-    std::lock_guard lock(mu_);
-    auto it = sessions_.find(id);
-    if (it != sessions_.end() && it->second->record.tenant_id == caller.tenant_id) return it->second;
-  }
+  if (auto s = live_session(id); s && s->record.tenant_id == caller.tenant_id) return s;
   auto rec = store_.get_session(caller.tenant_id, id);
   if (!rec) return fail(ErrorCode::not_found, "no session " + id);
   return fail(ErrorCode::gone, "session " + id + " has ended: " + rec->termination_reason +
@@ -799,12 +801,7 @@ Result<json::object> SessionManager::patch(const Caller& caller, const std::stri
 Result<json::object> SessionManager::remove(const Caller& caller, const std::string& id) {
   auto rec = store_.get_session(caller.tenant_id, id);
   if (!rec) return fail(ErrorCode::not_found, "no session " + id);
-  std::shared_ptr<Session> session;
-  {
-    std::lock_guard lock(mu_);
-    auto it = sessions_.find(id);
-    if (it != sessions_.end()) session = it->second;
-  }
+  std::shared_ptr<Session> session = live_session(id);
   if (session) terminate(session, "terminated", "deleted", "deleted through the API");
   auto final_rec = store_.get_session(caller.tenant_id, id);
   if (!final_rec) return std::unexpected(final_rec.error());
@@ -970,12 +967,7 @@ Result<json::object> SessionManager::get_exec(const Caller& caller, const std::s
                                               const std::string& exec_id) {
   auto rec = store_.get_exec(caller.tenant_id, session_id, exec_id);
   if (!rec) return fail(ErrorCode::not_found, "no exec " + exec_id + " in session " + session_id);
-  std::shared_ptr<Session> session;
-  {
-    std::lock_guard lock(mu_);
-    auto it = sessions_.find(session_id);
-    if (it != sessions_.end()) session = it->second;
-  }
+  std::shared_ptr<Session> session = live_session(session_id);
   if (session) {
     std::lock_guard lock(session->mu);
     if (auto e = find_exec(*session, exec_id); e && !(*e)->finished) {
@@ -992,12 +984,7 @@ Result<ExecOutput> SessionManager::exec_output(const Caller& caller, const std::
                                                const std::string& exec_id) {
   auto rec = store_.get_exec(caller.tenant_id, session_id, exec_id);
   if (!rec) return fail(ErrorCode::not_found, "no exec " + exec_id + " in session " + session_id);
-  std::shared_ptr<Session> session;
-  {
-    std::lock_guard lock(mu_);
-    auto it = sessions_.find(session_id);
-    if (it != sessions_.end()) session = it->second;
-  }
+  std::shared_ptr<Session> session = live_session(session_id);
   if (session) {
     std::lock_guard lock(session->mu);
     if (auto e = find_exec(*session, exec_id); e) {
@@ -1023,12 +1010,7 @@ Result<void> SessionManager::follow_exec(const Caller& caller, const std::string
                                          std::shared_ptr<OutputSubscriber> sub) {
   auto rec = store_.get_exec(caller.tenant_id, session_id, exec_id);
   if (!rec) return fail(ErrorCode::not_found, "no exec " + exec_id + " in session " + session_id);
-  std::shared_ptr<Session> session;
-  {
-    std::lock_guard lock(mu_);
-    auto it = sessions_.find(session_id);
-    if (it != sessions_.end()) session = it->second;
-  }
+  std::shared_ptr<Session> session = live_session(session_id);
   // Replay from memory (live or finished in this daemon) or from the stored files.
   auto replay = [&](const std::string& out, const std::string& err) {
     if (stdout_from < out.size())

@@ -111,6 +111,8 @@ class SessionManager {
 
  private:
   SessionManager(const DaemonConfig& config, store::Store& store);
+  // The live session `id` of any tenant, or null (callers check the tenant first).
+  std::shared_ptr<Session> live_session(const std::string& id) const;
   Result<std::shared_ptr<Session>> find_live(const Caller& caller, const std::string& id);
   void terminate(const std::shared_ptr<Session>& session, std::string state, std::string reason,
                  std::string message);
