@@ -3,6 +3,8 @@
 // a streaming sha256. Internal to src/rootfs.
 #pragma once
 
+#include "common/sha256.h"
+
 #include <sys/types.h>
 
 #include <string>
@@ -14,6 +16,10 @@
 struct evp_md_ctx_st;  // OpenSSL's EVP_MD_CTX
 
 namespace cela::rootfs {
+
+using cela::Sha256;  // common/sha256.h
+using cela::sha256_hex;
+
 
 // Creates (or replaces) `path` with `data`, then sets exactly `mode` and uid:gid.
 Result<void> write_file_exact(const std::string& path, std::string_view data, mode_t mode,
@@ -37,21 +43,6 @@ class BuildLock {
   UniqueFd fd_;
 };
 
-// Streaming sha256 (OpenSSL EVP).
-class Sha256 {
- public:
-  Sha256();
-  Sha256(const Sha256&) = delete;
-  Sha256& operator=(const Sha256&) = delete;
-  ~Sha256();
-  void update(std::string_view data);
-  // Lower-case hex; call once.
-  std::string hex_final();
 
- private:
-  evp_md_ctx_st* ctx_;
-};
-
-std::string sha256_hex(std::string_view data);
 
 }  // namespace cela::rootfs

@@ -184,30 +184,5 @@ void DirStream::rewind() {
   ::rewinddir(dir_);
 }
 
-Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
-  if (ctx_ == nullptr || EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr) != 1)
-    throw std::bad_alloc();
-}
-
-Sha256::~Sha256() {
-  if (ctx_ != nullptr) EVP_MD_CTX_free(ctx_);
-}
-
-void Sha256::update(std::string_view data) {
-  EVP_DigestUpdate(ctx_, data.data(), data.size());
-}
-
-std::string Sha256::hex_final() {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_DigestFinal_ex(ctx_, digest, &len);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned int i = 0; i < len; ++i) {
-    hex += kHex[digest[i] >> 4];
-    hex += kHex[digest[i] & 15];
-  }
-  return hex;
-}
 
 }  // namespace cela::session::fs_detail

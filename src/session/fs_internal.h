@@ -4,6 +4,8 @@
 // src/session.
 #pragma once
 
+#include "common/sha256.h"
+
 #include <dirent.h>
 #include <linux/openat2.h>
 #include <sys/stat.h>
@@ -21,6 +23,10 @@
 struct evp_md_ctx_st;  // OpenSSL's EVP_MD_CTX
 
 namespace cela::session::fs_detail {
+
+using cela::Sha256;  // common/sha256.h
+using cela::sha256_hex;
+
 
 // A sandbox path from the sandbox root: ".." and absolute symlinks stay in the root,
 // no magic links, no mount crossing (see session_fs.h).
@@ -79,19 +85,5 @@ class DirStream {
   DIR* dir_;
 };
 
-// Streaming sha256 (OpenSSL EVP).
-class Sha256 {
- public:
-  Sha256();
-  Sha256(Sha256&& other) noexcept : ctx_(std::exchange(other.ctx_, nullptr)) {}
-  Sha256& operator=(Sha256&&) = delete;
-  ~Sha256();
-  void update(std::string_view data);
-  // Lower-case hex; call once.
-  std::string hex_final();
-
- private:
-  evp_md_ctx_st* ctx_;
-};
 
 }  // namespace cela::session::fs_detail

@@ -1,5 +1,7 @@
 #include "store/store.h"
 
+#include "common/sha256.h"
+
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
@@ -156,15 +158,6 @@ std::optional<std::string> unhex(std::string_view text) {
     out += static_cast<char>(value);
   }
   return out;
-}
-
-std::string sha256_hex(std::string_view data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int size = 0;
-  if (EVP_Digest(data.data(), data.size(), md, &size, EVP_sha256(), nullptr) != 1) {
-    std::abort();  // sha256 is always available; failure means a broken OpenSSL
-  }
-  return hex(md, size);
 }
 
 // The paging cursor: opaque to clients, "<created_ms>:<id>" in hex inside.
