@@ -146,7 +146,7 @@ def main():
                 "delete_per_s": n / (time.perf_counter() - t1),
             }
     finally:
-        d.stop()
+        d.close()
 
     c, r, f, b = report["create_ms"], report["exec_roundtrip_ms"], report["first_output_byte_ms"], report["bwrap_exec_ms"]
     print(f"{'metric':<36} {'p50':>9} {'p95':>9}")

@@ -3,6 +3,7 @@ HTTP client for it: unix socket (local root) or TCP with a key."""
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -81,6 +82,12 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+    def close(self):
+        """Stops the daemon and removes everything it was given (state, socket, logs)."""
+        self.stop()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     def request(self, method, path, body=None, headers=None, tcp=False, key=None, raw=False, timeout=60):
         conn = (http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout) if tcp

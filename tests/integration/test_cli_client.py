@@ -15,7 +15,7 @@ from daemon_util import Daemon
 def daemon():
     d = Daemon().start()
     yield d
-    d.stop()
+    d.close()
 
 
 def cli(daemon, words, *rest, url=None, env=None, timeout=60, input=None):

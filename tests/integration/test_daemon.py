@@ -25,7 +25,7 @@ def session_cgroups():
 def daemon():
     d = Daemon({"max_sessions": 3, "tenant_quotas": {"max_sessions": 2, "max_memory_mb": 4096, "max_cpus": 2}}).start()
     yield d
-    d.stop()
+    d.close()
     assert not session_cgroups(), session_cgroups()
 
 
@@ -198,7 +198,7 @@ def test_recovery_after_kill_9(tmp_path):
         assert rec["state"] == "failed" and "restart" in rec["reason"], rec
         assert not session_cgroups()
     finally:
-        d.stop()
+        d.close()
 
 
 def test_archive_import_and_export_round_trip(daemon):
