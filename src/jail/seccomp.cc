@@ -18,6 +18,7 @@
 #include "jail/seccomp.h"
 #include "common/fs.h"
 #include <cstring>
+#include <dirent.h>
 #include <fcntl.h>
 
 #include <linux/netlink.h>
@@ -373,6 +374,16 @@ Result<SeccompProgram> cached_seccomp_program(const std::string& cache_dir) {
   }
   auto program = build_seccomp_program();
   if (!program) return program;
+  // A miss means a new binary: programs cached for earlier builds are dead weight.
+  // (A still-running older binary that loses its file just compiles again.)
+  if (DIR* dir = ::opendir(cache_dir.c_str())) {
+    while (const dirent* entry = ::readdir(dir)) {
+      std::string_view name = entry->d_name;
+      if (name.starts_with("seccomp-") && name.ends_with(".bpf"))
+        ::unlinkat(::dirfd(dir), entry->d_name, 0);
+    }
+    ::closedir(dir);
+  }
   // Best effort: a failed cache write only costs the next run a compile.
   std::string tmp = path + ".tmp" + std::to_string(::getpid());
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));

@@ -4,6 +4,10 @@
 #include "jail/seccomp.h"
 
 #include <fcntl.h>
+#include <dirent.h>
+#include <cstdio>
+#include <filesystem>
+#include <string_view>
 #include <gtest/gtest.h>
 #include <linux/netlink.h>
 #include <pthread.h>
@@ -440,3 +444,33 @@ TEST_F(SeccompFilterTest, CoreutilsAndGitRun) {
 
 }  // namespace
 }  // namespace cela::jail
+
+// The cache the daemon and the re-executed inits share: same program as a fresh
+// compile, one file per binary, stale files of earlier builds pruned on a miss.
+TEST(SeccompCache, CachesTheCompiledProgramAndPrunesStaleOnes) {
+  char tmpl[] = "/tmp/cela-seccomp-cache-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  std::string dir = tmpl;
+  std::string stale = dir + "/seccomp-0-0-0-0.0.bpf";
+  { FILE* f = std::fopen(stale.c_str(), "w"); ASSERT_NE(f, nullptr); std::fputs("junk", f); std::fclose(f); }
+
+  auto fresh = cela::jail::build_seccomp_program();
+  ASSERT_TRUE(fresh.has_value());
+  auto first = cela::jail::cached_seccomp_program(dir);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_NE(::access(stale.c_str(), F_OK), 0) << "stale cache file kept";
+  auto second = cela::jail::cached_seccomp_program(dir);  // from the file now
+  ASSERT_TRUE(second.has_value());
+  ASSERT_EQ(first->instructions.size(), fresh->instructions.size());
+  ASSERT_EQ(second->instructions.size(), fresh->instructions.size());
+  EXPECT_EQ(std::memcmp(second->instructions.data(), fresh->instructions.data(),
+                        fresh->instructions.size() * sizeof(sock_filter)),
+            0);
+  int files = 0;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) files += std::string_view(e->d_name).ends_with(".bpf");
+    ::closedir(d);
+  }
+  EXPECT_EQ(files, 1);
+  std::filesystem::remove_all(dir);
+}
