@@ -495,7 +495,7 @@ Result<Template> build_base_template(const TemplateStore& store_in,
   t.name = "base";
   t.version = version;
   t.digest = *digest;
-  t.built_at = utc_now_rfc3339();
+  t.built_at = cela::now_rfc3339();
   t.layers = {layer};
   t.packages = std::move(*packages);
   t.allow_sudo = true;

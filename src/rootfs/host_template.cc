@@ -160,7 +160,7 @@ Result<Template> ensure_host_template(const TemplateStore& store) {
   t.name = "host";
   t.version = version;
   t.digest = *digest;
-  t.built_at = utc_now_rfc3339();
+  t.built_at = cela::now_rfc3339();
   t.layers = {staged->layer_dir()};
   t.binds = {{"/usr", "/usr"}};
   t.allow_sudo = false;

@@ -75,14 +75,6 @@ Result<void> remove_tree(const std::string& path) {
   return {};
 }
 
-std::string utc_now_rfc3339() {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  ::gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 Result<BuildLock> BuildLock::acquire(const std::string& template_dir) {
   std::string path = template_dir + "/.lock";

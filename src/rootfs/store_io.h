@@ -4,6 +4,7 @@
 #pragma once
 
 #include "common/sha256.h"
+#include "common/time.h"
 
 #include <sys/types.h>
 
@@ -30,8 +31,6 @@ Result<void> write_file_atomic(const std::string& path, std::string_view data, m
 Result<void> make_dir_exact(const std::string& path, mode_t mode, uid_t uid = 0, gid_t gid = 0);
 // Removes a tree without following symlinks; an absent path is fine.
 Result<void> remove_tree(const std::string& path);
-// RFC 3339 UTC, seconds precision: "2026-11-29T10:05:00Z".
-std::string utc_now_rfc3339();
 
 // Exclusive flock(2) on <store>/<name>/.lock for as long as it lives.
 class BuildLock {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/time.h"
 
 namespace cela::store {
 
@@ -149,13 +150,11 @@ boost::json::object to_json(const TenantRecord& tenant);
 
 // ---- Time and ids ----
 
-int64_t now_ms();  // wall clock, milliseconds since the Unix epoch
-// "2026-11-29T10:05:00.123Z"
-std::string format_rfc3339(int64_t epoch_ms);
-std::string now_rfc3339();
-// Accepts RFC 3339 date-times with any offset ("Z", "+02:00") and an optional
-// fraction (digits past milliseconds are dropped). Returns epoch milliseconds.
-Result<int64_t> parse_rfc3339(std::string_view text);
+// (common/time.h; also reachable as store::now_rfc3339() etc.)
+using cela::format_rfc3339;
+using cela::now_ms;
+using cela::now_rfc3339;
+using cela::parse_rfc3339;
 
 // prefix + "-" + 16 lowercase hex characters from RAND_bytes: "s-1f3a09c2b4d5e6f7".
 // Aborts if the CSPRNG fails: without entropy cela cannot issue ids or keys safely.
