@@ -9,6 +9,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/json.hpp>
+#include <cmath>
 #include <cstdio>
 #include <future>
 
@@ -516,6 +517,9 @@ static void finish_exec(store::Store& store, Session& session, ExecState& e, con
   r.exit_code = result.exit_code ? std::optional<int64_t>(*result.exit_code) : std::nullopt;
   r.signal = result.signal ? std::optional<int64_t>(*result.signal) : std::nullopt;
   r.reason = result.reason;
+  // classify() words a timeout for a whole run; here only the exec's tree ended.
+  if (result.state == jail::RunState::timed_out)
+    r.reason = "wall-clock timeout of " + format_duration(e.timeout_ms) + " reached; every process of the exec was killed";
   r.ended_at = store::now_rfc3339();
   r.duration_ms = e.started ? std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - e.started_at).count()
                             : 0;
@@ -820,7 +824,7 @@ struct ExecSpec {
   std::string cwd;
   std::vector<std::string> env;
   bool root = false;
-  uint64_t timeout_s = 0;
+  uint64_t timeout_ms = 0;  // fractions of a second are honoured
   std::optional<std::string> stdin_text;
   bool stdin_open = false;
 };
@@ -867,7 +871,7 @@ Result<ExecSpec> parse_exec(const json::object& body, uint64_t default_timeout, 
   if (!t) return std::unexpected(t.error());
   if (*t <= 0 || *t > static_cast<double>(max_timeout))
     return fail(ErrorCode::invalid_argument, "field `timeout_s` must be > 0 and at most " + std::to_string(max_timeout));
-  s.timeout_s = static_cast<uint64_t>(*t * 1000) / 1000 ? static_cast<uint64_t>(*t) : 1;
+  s.timeout_ms = std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(*t * 1000)));
   if (auto* in = body.if_contains("stdin"); in && !in->is_null()) {
     if (!in->is_string()) return fail(ErrorCode::invalid_argument, "field `stdin` must be a string or null");
     s.stdin_text = std::string(in->as_string());
@@ -904,7 +908,7 @@ Result<json::object> SessionManager::start_exec(const Caller& caller, const std:
   r.user = spec->root ? "root" : "user";
   r.cwd = spec->cwd.empty() ? (spec->root ? "/root" : "/home/user") : spec->cwd;
   r.started_at = store::now_rfc3339();
-  e->timeout_ms = spec->timeout_s * 1000;
+  e->timeout_ms = spec->timeout_ms;
   e->pending_stdin = spec->stdin_text.value_or("");
   e->close_stdin_after = !spec->stdin_open;
 
