@@ -69,6 +69,10 @@ class Cgroup {
   // SIGKILLs every process in the cgroup (cgroup.kill where it exists, else freeze,
   // signal, thaw — frozen tasks ignore SIGKILL until thawed).
   virtual Result<void> kill_all() = 0;
+  // Freezes (true) or thaws (false) every process in the cgroup and waits (bounded)
+  // until the kernel reports the new state. v1: the freezer hierarchy (or, on hybrid
+  // hosts without it, the unified node); v2: cgroup.freeze.
+  virtual Result<void> freeze(bool frozen) = 0;
   // kill_all, wait (bounded) until empty, rmdir in every hierarchy. Idempotent.
   virtual Result<void> destroy() = 0;
   // A child cgroup `name` (per-exec accounting and kill-all inside a session). It

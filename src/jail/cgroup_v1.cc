@@ -48,6 +48,7 @@ class CgroupV1 final : public Cgroup {
   Result<bool> populated() const override;
   Result<void> signal_all(int sig) override { return signal_tree(paths_.memory, sig); }
   Result<void> kill_all() override;
+  Result<void> freeze(bool frozen) override;
   Result<void> destroy() override;
   Result<std::unique_ptr<Cgroup>> create_child(const std::string& name) override;
   int cgroup2_fd() const override { return unified_fd_.get(); }
@@ -155,6 +156,39 @@ Result<void> CgroupV1::kill_all() {
   }
   if (!paths_.freezer.empty() && exists(paths_.freezer)) return freeze_kill_thaw();
   return kill_until_empty();
+}
+
+Result<void> CgroupV1::freeze(bool frozen) {
+  if (!paths_.freezer.empty() && exists(paths_.freezer)) {
+    std::string state = paths_.freezer + "/freezer.state";
+    if (auto r = write_file(state, frozen ? "FROZEN" : "THAWED"); !r) return r;
+    auto settled = poll_until(
+        [&]() -> Result<bool> {
+          auto text = read_file(state);
+          if (!text) return std::unexpected(text.error());
+          return text->starts_with(frozen ? "FROZEN" : "THAWED");
+        },
+        kFreezeTimeout);
+    if (!settled) return std::unexpected(settled.error());
+    if (!*settled) return fail(ErrorCode::system, "cgroup " + name_ + ": freezer did not settle");
+    return {};
+  }
+  if (!paths_.unified.empty()) {
+    // Hybrid host without a v1 freezer: the controller-less cgroup2 node has
+    // cgroup.freeze in every non-root cgroup.
+    if (auto r = write_file(paths_.unified + "/cgroup.freeze", frozen ? "1" : "0"); !r) return r;
+    auto settled = poll_until(
+        [&]() -> Result<bool> {
+          auto state = read_key(paths_.unified + "/cgroup.events", "frozen");
+          if (!state) return std::unexpected(state.error());
+          return *state == (frozen ? 1 : 0);
+        },
+        kFreezeTimeout);
+    if (!settled) return std::unexpected(settled.error());
+    if (!*settled) return fail(ErrorCode::system, "cgroup " + name_ + ": freezer did not settle");
+    return {};
+  }
+  return fail(ErrorCode::not_found, "cgroup " + name_ + ": no freezer on this host");
 }
 
 // Frozen tasks cannot fork, so one pass over cgroup.procs reaches them all; but v1

@@ -53,6 +53,7 @@ class CgroupV2 final : public Cgroup {
   Result<bool> populated() const override { return cgroup2_populated(dir_); }
   Result<void> signal_all(int sig) override { return signal_tree(dir_, sig); }
   Result<void> kill_all() override;
+  Result<void> freeze(bool frozen) override;
   Result<void> destroy() override;
   int cgroup2_fd() const override { return fd_.get(); }
   // For an adopted stale cgroup whose destroy() failure the caller already reports.
@@ -102,6 +103,20 @@ Result<void> CgroupV2::kill_all() {
   if (!killed) return std::unexpected(killed.error());
   if (*killed) return {};
   return freeze_kill_thaw();
+}
+
+Result<void> CgroupV2::freeze(bool frozen) {
+  if (auto r = write_file(file("cgroup.freeze"), frozen ? "1" : "0"); !r) return r;
+  auto settled = poll_until(
+      [&]() -> Result<bool> {
+        auto state = read_key(file("cgroup.events"), "frozen");
+        if (!state) return std::unexpected(state.error());
+        return *state == (frozen ? 1 : 0);
+      },
+      kFreezeTimeout);
+  if (!settled) return std::unexpected(settled.error());
+  if (!*settled) return fail(ErrorCode::system, "cgroup " + name_ + ": freezer did not settle");
+  return {};
 }
 
 // Without cgroup.kill: freeze first so no task forks between listing cgroup.procs and
