@@ -1,9 +1,11 @@
 #include "jail/sandbox.h"
 
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <linux/sched.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -76,12 +78,23 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
       // (raw syscalls: glibc's set*id would try to sync threads this child lacks).
       // execve keeps capabilities only for the namespace's root, so wait for the id
       // maps ("mapped") and take ns-root's ids first.
+      // Die with the thread that cloned us; if the daemon died before this line, the
+      // recv below sees EOF instead.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+      // None of the daemon's descriptors may survive the execve (the listening
+      // sockets and the database are not all close-on-exec: Asio opens sockets
+      // without SOCK_CLOEXEC).
+      ::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
       char byte;
       if (::recv(child_end.get(), &byte, 1, 0) != 1) ::_exit(127);
       if (::syscall(SYS_setresgid, 0, 0, 0) != 0 || ::syscall(SYS_setgroups, 0, nullptr) != 0 ||
           ::syscall(SYS_setresuid, 0, 0, 0) != 0)
         ::_exit(126);
-      if (::dup2(child_end.get(), kReexecControlFd) < 0) ::_exit(127);
+      if (child_end.get() == kReexecControlFd) {
+        if (::fcntl(kReexecControlFd, F_SETFD, 0) < 0) ::_exit(127);
+      } else if (::dup2(child_end.get(), kReexecControlFd) < 0) {
+        ::_exit(127);
+      }
       char arg0[] = "cela", arg1[] = "__init";
       char* argv[] = {arg0, arg1, nullptr};
       char* envp[] = {nullptr};

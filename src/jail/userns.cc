@@ -1,5 +1,7 @@
 #include "jail/userns.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <sys/file.h>
 
@@ -18,13 +20,14 @@ Result<std::optional<UidSlot>> UidSlot::try_acquire(uint32_t index, const std::s
   return std::nullopt;
 }
 
-Result<UidSlot> UidSlot::acquire(const std::string& lock_dir) {
-  for (uint32_t i = 0; i < kMaxSlots; ++i) {
+Result<UidSlot> UidSlot::acquire(const std::string& lock_dir, uint32_t max_slots) {
+  max_slots = std::min(max_slots, kMaxSlots);
+  for (uint32_t i = 0; i < max_slots; ++i) {
     auto slot = try_acquire(i, lock_dir);
     if (!slot) return std::unexpected(slot.error());
     if (*slot) return std::move(**slot);
   }
-  return fail(ErrorCode::limit, "all " + std::to_string(kMaxSlots) + " sandbox uid slots are in use");
+  return fail(ErrorCode::limit, "all " + std::to_string(max_slots) + " sandbox uid slots are in use");
 }
 
 Result<void> write_id_maps(pid_t pid, uint32_t host_base) {

@@ -25,8 +25,9 @@ inline constexpr uint32_t kMaxSlots = 4096;
 
 class UidSlot {
  public:
-  // Claims the lowest free slot (lock files under `lock_dir`).
-  static Result<UidSlot> acquire(const std::string& lock_dir = "/run/cela/slots");
+  // Claims the lowest free slot below `max_slots` (lock files under `lock_dir`);
+  // ErrorCode::limit when every one is taken.
+  static Result<UidSlot> acquire(const std::string& lock_dir = "/run/cela/slots", uint32_t max_slots = kMaxSlots);
   // Claims slot `index` if it is free; nullopt when another process holds it.
   static Result<std::optional<UidSlot>> try_acquire(uint32_t index,
                                                     const std::string& lock_dir = "/run/cela/slots");
