@@ -12,6 +12,8 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 #include <boost/json/serialize.hpp>
+
+#include "common/json_text.h"
 #include <sstream>
 
 #include "api/responder.h"
@@ -69,7 +71,7 @@ StringResponse error_response(const ApiError& error, std::string_view request_id
   res.set(http::field::content_type, "application/json");
   for (const auto& [name, value] : error_headers(error)) res.set(name, value);
   for (const auto& [name, value] : extra) res.set(name, value);
-  res.body() = boost::json::serialize(error_body(error, request_id));
+  res.body() = cela::json_text(error_body(error, request_id));
   return res;
 }
 

@@ -1,6 +1,8 @@
 #include "api/responder.h"
 
 #include <boost/json/serialize.hpp>
+
+#include "common/json_text.h"
 #include <cstdio>
 
 #include "api/connection.h"
@@ -49,7 +51,7 @@ bool Responder::client_gone() const {
 }
 
 void Responder::json(int status, const boost::json::value& body, Headers extra) {
-  raw(status, "application/json", boost::json::serialize(body), std::move(extra));
+  raw(status, "application/json", cela::json_text(body), std::move(extra));
 }
 
 void Responder::error(const ApiError& e) {
@@ -57,7 +59,7 @@ void Responder::error(const ApiError& e) {
     log_via(connection_, "request " + request_.request_id + ": " + e.code + ": " +
                              (e.log_detail.empty() ? e.message : e.log_detail));
   }
-  raw(e.status, "application/json", boost::json::serialize(error_body(e, request_.request_id)),
+  raw(e.status, "application/json", cela::json_text(error_body(e, request_.request_id)),
       error_headers(e));
 }
 

@@ -3,6 +3,7 @@
 
 #include "api/json_body.h"
 #include "api/openapi.h"
+#include "api/render.h"
 #include "api/responder.h"
 #include "api/routes.h"
 
@@ -16,9 +17,12 @@ void add_admin_routes(RouteContext& ctx) {
   open.public_route = true;
   r.add(verb::get, "/healthz", [](Request&, Responder& res) { res.json(200, json::object{{"status", "ok"}}); }, open);
   r.add(verb::get, "/readyz", [&ctx](Request&, Responder& res) {
-    res.json(200, json::object{{"status", "ready"},
-                               {"live_sessions", ctx.sessions.live_sessions()},
-                               {"max_sessions", ctx.sessions.config().max_sessions}});
+    // 503 while no create could be admitted: a load balancer sends new sessions elsewhere.
+    bool full = ctx.sessions.full();
+    res.json(full ? 503 : 200, json::object{{"status", full ? "full" : "ready"},
+                                            {"live_sessions", ctx.sessions.live_sessions()},
+                                            {"max_sessions", ctx.sessions.config().max_sessions}},
+             full ? Headers{{"Retry-After", "1"}} : Headers{});
   }, open);
   r.add(verb::get, "/v1/openapi.json", [](Request&, Responder& res) { res.json(200, openapi_document()); }, open);
 
@@ -51,7 +55,7 @@ void add_admin_routes(RouteContext& ctx) {
     answer_blocking(ctx, res, 201, [&ctx, name = *name, q]() -> ApiResult<json::value> {
       auto t = ctx.store.create_tenant(name, q);
       if (!t) return std::unexpected(from_error(t.error()));
-      return json::value(store::to_json(*t));
+      return json::value(render(*t));
     });
   });
 

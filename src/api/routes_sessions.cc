@@ -1,14 +1,18 @@
-// Sessions and execs (API.md "Sessions", "Execs").
-#include <signal.h>
-
-#include <boost/beast/core/detail/base64.hpp>
+// Sessions and execs (API.md "Sessions", "Execs"). Handlers parse on the io thread and
+// call the session layer's asynchronous methods: nothing here holds a thread while a
+// session works (a /run of ten minutes costs a pending completion, not a thread).
+// Store reads (GET, list, finished output) go to the blocking pool.
 #include <boost/json.hpp>
 #include <charconv>
 #include <mutex>
 
 #include "api/json_body.h"
+#include "api/render.h"
 #include "api/responder.h"
 #include "api/routes.h"
+#include "api/session_specs.h"
+#include "common/encoding.h"
+#include "common/json_text.h"
 
 namespace cela::api {
 namespace json = boost::json;
@@ -16,52 +20,42 @@ using http::verb;
 
 namespace {
 
-std::string base64(std::string_view data) {
-  namespace b64 = boost::beast::detail::base64;
-  std::string out(b64::encoded_size(data.size()), '\0');
-  out.resize(b64::encode(out.data(), data.data(), data.size()));
-  return out;
-}
-
-// Structural UTF-8 check (lead and continuation bytes): decides text vs base64.
-bool valid_utf8(std::string_view s) {
-  size_t i = 0, n = s.size();
-  while (i < n) {
-    auto c = static_cast<unsigned char>(s[i]);
-    size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
-    if (len == 0 || i + len > n) return false;
-    for (size_t k = 1; k < len; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-    i += len;
-  }
-  return true;
-}
-
 // "<stdout offset>,<stderr offset>": the SSE event id, a position in both streams.
-std::pair<uint64_t, uint64_t> parse_position(std::string_view id) {
-  uint64_t out = 0, err = 0;
+ApiResult<std::pair<uint64_t, uint64_t>> parse_position(std::string_view id) {
+  auto bad = [&] {
+    return std::unexpected(
+        ApiError::invalid_request("Last-Event-ID must be \"<stdout offset>,<stderr offset>\" (two whole numbers)"));
+  };
   auto comma = id.find(',');
-  std::string_view a = id.substr(0, comma), b = comma == std::string_view::npos ? "" : id.substr(comma + 1);
-  std::from_chars(a.data(), a.data() + a.size(), out);
-  std::from_chars(b.data(), b.data() + b.size(), err);
-  return {out, err};
+  if (comma == std::string_view::npos) return bad();
+  uint64_t out = 0, err = 0;
+  std::string_view a = id.substr(0, comma), b = id.substr(comma + 1);
+  auto ra = std::from_chars(a.data(), a.data() + a.size(), out);
+  auto rb = std::from_chars(b.data(), b.data() + b.size(), err);
+  if (a.empty() || b.empty() || ra.ec != std::errc() || ra.ptr != a.data() + a.size() || rb.ec != std::errc() ||
+      rb.ptr != b.data() + b.size())
+    return bad();
+  return std::pair{out, err};
 }
 
-// Bridges an exec's output to one SSE response.
-class SseSubscriber final : public session::OutputSubscriber {
+std::string position(uint64_t out, uint64_t err) { return std::to_string(out) + "," + std::to_string(err); }
+
+// Bridges an exec's output to one SSE response. Called on the session reactor.
+class SseSink final : public session::OutputSink {
  public:
-  SseSubscriber(std::shared_ptr<SseStream> sse, uint64_t out, uint64_t err) : sse_(std::move(sse)), out_(out), err_(err) {}
-  void on_output(std::string_view stream, uint64_t offset, std::string_view data) override {
+  SseSink(std::shared_ptr<SseStream> sse, uint64_t out, uint64_t err) : sse_(std::move(sse)), out_(out), err_(err) {}
+  void on_output(session::Stream stream, uint64_t offset, std::string_view data) override {
     std::lock_guard lock(mu_);
-    (stream == "stdout" ? out_ : err_) = offset;
-    sse_->send(stream, std::to_string(out_) + "," + std::to_string(err_), base64(data));
+    (stream == session::Stream::stdout_stream ? out_ : err_) = offset;
+    sse_->send(runtime::to_string(stream), position(out_, err_), base64_encode(data));
   }
-  void on_exit(const json::object& record) override {
+  void on_exit(const store::ExecRecord& record) override {
     std::lock_guard lock(mu_);
-    sse_->send("exit", std::to_string(out_) + "," + std::to_string(err_), json::serialize(record));
+    sse_->send("exit", position(out_, err_), json_text(render(record)));
     sse_->close();
   }
   bool closed() const override { return sse_->closed(); }
+  void when_room(size_t bytes, std::function<void()> resume) override { sse_->on_room(bytes, std::move(resume)); }
 
  private:
   std::mutex mu_;
@@ -74,15 +68,38 @@ ApiResult<json::object> body_object(const Request& req) {
   return parse_json_object(req.body);
 }
 
-template <class T>
-ApiResult<json::value> lift(Result<T> r, const std::string& session_id = {}, const std::string& exec_id = {}) {
-  if (!r) {
-    ApiError e = from_error(r.error());
-    if (!session_id.empty()) e = e.with_session(session_id);
-    if (!exec_id.empty()) e = e.with_exec(exec_id);
-    return std::unexpected(e);
+// Completion -> answer, with the ids the error concerns.
+template <class T, class Render>
+session::Done<T> answer(Responder& res, int status, Render render_fn, std::string session_id = {},
+                        std::string exec_id = {}) {
+  return [r = res.shared_from_this(), status, render_fn, session_id, exec_id](Result<T> result) {
+    if (!result) {
+      ApiError e = from_error(result.error());
+      if (!session_id.empty()) e = e.with_session(session_id);
+      if (!exec_id.empty()) e = e.with_exec(exec_id);
+      return r->error(e);
+    }
+    r->json(status, render_fn(*result));
+  };
+}
+
+json::value render_session(const store::SessionRecord& r) { return render(r); }
+json::value render_exec(const store::ExecRecord& r) { return render(r); }
+json::value render_deleted(const store::SessionRecord& r) {
+  json::object out = render(r);
+  out["cleanup"] = r.cleanup.is_null() ? json::value(json::object{}) : r.cleanup;
+  return out;
+}
+
+json::object output_json(const session::ExecOutput& out) {
+  json::object o;
+  if (valid_utf8(out.stdout_data) && valid_utf8(out.stderr_data)) {
+    o = {{"stdout", out.stdout_data}, {"stderr", out.stderr_data}};
+  } else {
+    o = {{"stdout", base64_encode(out.stdout_data)}, {"stderr", base64_encode(out.stderr_data)}, {"encoding", "base64"}};
   }
-  return json::value(std::move(*r));
+  o["output_truncated"] = out.truncated;
+  return o;
 }
 
 }  // namespace
@@ -94,15 +111,16 @@ void add_session_routes(RouteContext& ctx) {
   r.add(verb::post, "/v1/sessions", [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());
+    auto spec = parse_create_session(*body, mgr.config());
+    if (!spec) return res.error(spec.error());
     int64_t wait_s = 0;
     if (auto w = req.query_value("wait_s")) {
       auto [p, ec] = std::from_chars(w->data(), w->data() + w->size(), wait_s);
       if (ec != std::errc() || p != w->data() + w->size() || wait_s < 0 || wait_s > 300)
         return res.error(ApiError::invalid_request("query `wait_s` must be a whole number of seconds, 0..300"));
     }
-    answer_blocking(ctx, res, 201, [&mgr, caller = caller_of(req), body = std::move(*body), wait_s] {
-      return lift(mgr.create(caller, body, std::chrono::seconds(wait_s)));
-    });
+    mgr.create(caller_of(req), std::move(*spec), std::chrono::seconds(wait_s),
+               answer<store::SessionRecord>(res, 201, render_session));
   });
 
   r.add(verb::get, "/v1/sessions", [&](Request& req, Responder& res) {
@@ -113,67 +131,85 @@ void add_session_routes(RouteContext& ctx) {
     store::PageRequest page;
     if (auto l = req.query_value("limit")) {
       auto [p, ec] = std::from_chars(l->data(), l->data() + l->size(), page.limit);
-      if (ec != std::errc() || page.limit < 1 || page.limit > 1000)
+      if (ec != std::errc() || p != l->data() + l->size() || page.limit < 1 || page.limit > 1000)
         return res.error(ApiError::invalid_request("query `limit` must be 1..1000"));
     }
     if (auto c = req.query_value("cursor")) page.cursor = std::string(*c);
-    answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), filter, page] {
-      return lift(mgr.list(caller, filter, page));
+    answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), filter, page]() -> ApiResult<json::value> {
+      auto p = mgr.list(caller, filter, page);
+      if (!p) return std::unexpected(from_error(p.error()));
+      json::array items;
+      for (auto& rec : p->records) items.push_back(render(rec));
+      json::object out{{"sessions", std::move(items)}};
+      out["next_cursor"] = p->next_cursor.empty() ? json::value(nullptr) : json::value(p->next_cursor);
+      return out;
     });
   });
 
   r.add(verb::get, "/v1/sessions/{id}", [&](Request& req, Responder& res) {
-    answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), id = std::string(req.param("id"))] {
-      return lift(mgr.get(caller, id), id);
-    });
+    answer_blocking(ctx, res, 200,
+                    [&mgr, caller = caller_of(req), id = std::string(req.param("id"))]() -> ApiResult<json::value> {
+                      auto rec = mgr.get(caller, id);
+                      if (!rec) return std::unexpected(from_error(rec.error()).with_session(id));
+                      return render(*rec);
+                    });
   });
 
   r.add(verb::patch, "/v1/sessions/{id}", [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());
-    answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), id = std::string(req.param("id")), b = *body] {
-      return lift(mgr.patch(caller, id, b), id);
-    });
+    auto spec = parse_patch(*body);
+    if (!spec) return res.error(spec.error());
+    std::string id(req.param("id"));
+    mgr.patch(caller_of(req), id, *spec, answer<store::SessionRecord>(res, 200, render_session, id));
   });
 
   r.add(verb::delete_, "/v1/sessions/{id}", [&](Request& req, Responder& res) {
-    answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), id = std::string(req.param("id"))] {
-      return lift(mgr.remove(caller, id), id);
-    });
+    std::string id(req.param("id"));
+    mgr.remove(caller_of(req), id, answer<store::SessionRecord>(res, 200, render_deleted, id));
   });
 
   r.add(verb::post, "/v1/sessions/{id}/execs", [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());
-    answer_blocking(ctx, res, 202, [&mgr, caller = caller_of(req), id = std::string(req.param("id")), b = *body] {
-      return lift(mgr.start_exec(caller, id, b), id);
-    });
+    auto spec = parse_exec(*body, mgr.config());
+    if (!spec) return res.error(spec.error());
+    std::string id(req.param("id"));
+    mgr.start_exec(caller_of(req), id, std::move(*spec),
+                   answer<store::ExecRecord>(
+                       res, 202,
+                       [](const store::ExecRecord& e) -> json::value {
+                         return json::object{{"id", e.id}, {"state", e.state}};
+                       },
+                       id));
   });
 
   r.add(verb::post, "/v1/sessions/{id}/run", [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());
-    answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), id = std::string(req.param("id")), b = *body] {
-      auto rec = mgr.run(caller, id, b);
-      if (rec) {
-        // Output as UTF-8 when it is, else base64 (API.md).
-        bool text = valid_utf8(json::value_to<std::string>(rec->at("stdout"))) &&
-                    valid_utf8(json::value_to<std::string>(rec->at("stderr")));
-        if (!text) {
-          (*rec)["stdout"] = base64(json::value_to<std::string>(rec->at("stdout")));
-          (*rec)["stderr"] = base64(json::value_to<std::string>(rec->at("stderr")));
-          (*rec)["encoding"] = "base64";
-        }
-      }
-      return lift(std::move(rec), id);
-    });
+    auto spec = parse_exec(*body, mgr.config());
+    if (!spec) return res.error(spec.error());
+    std::string id(req.param("id"));
+    session::Caller caller = caller_of(req);
+    // The wait holds no thread; reading the finished output does (blocking pool).
+    mgr.run(caller, id, std::move(*spec),
+            [&ctx, &mgr, responder = res.shared_from_this(), caller, id](Result<store::ExecRecord> rec) {
+              if (!rec) return responder->error(from_error(rec.error()).with_session(id));
+              ctx.server.post_blocking([&mgr, responder, caller, id, rec = std::move(*rec)] {
+                json::object out = render(rec);
+                auto output = mgr.exec_output(caller, id, rec.id);
+                if (output) {
+                  json::object o = output_json(*output);
+                  for (auto& kv : o) out[kv.key()] = kv.value();
+                }
+                responder->json(200, out);
+              });
+            });
   });
 
   r.add(verb::get, "/v1/sessions/{id}/execs/{eid}", [&](Request& req, Responder& res) {
-    answer_blocking(ctx, res, 200,
-                    [&mgr, caller = caller_of(req), id = std::string(req.param("id")), eid = std::string(req.param("eid"))] {
-                      return lift(mgr.get_exec(caller, id, eid), id, eid);
-                    });
+    std::string id(req.param("id")), eid(req.param("eid"));
+    mgr.get_exec(caller_of(req), id, eid, answer<store::ExecRecord>(res, 200, render_exec, id, eid));
   });
 
   r.add(verb::get, "/v1/sessions/{id}/execs/{eid}/output", [&](Request& req, Responder& res) {
@@ -185,25 +221,39 @@ void add_session_routes(RouteContext& ctx) {
       return answer_blocking(ctx, res, 200, [&mgr, caller, id, eid]() -> ApiResult<json::value> {
         auto out = mgr.exec_output(caller, id, eid);
         if (!out) return std::unexpected(from_error(out.error()).with_session(id).with_exec(eid));
-        json::object o;
-        if (valid_utf8(out->stdout_data) && valid_utf8(out->stderr_data)) {
-          o = {{"stdout", out->stdout_data}, {"stderr", out->stderr_data}};
-        } else {
-          o = {{"stdout", base64(out->stdout_data)}, {"stderr", base64(out->stderr_data)}, {"encoding", "base64"}};
-        }
-        o["output_truncated"] = out->truncated;
-        return o;
+        return output_json(*out);
       });
     }
-    auto [from_out, from_err] = parse_position(last_event_id(req).value_or(""));
-    ctx.server.post_blocking([&mgr, responder = res.shared_from_this(), caller, id, eid, from_out, from_err] {
-      // Check the exec exists before committing to an event stream.
-      if (auto rec = mgr.get_exec(caller, id, eid); !rec)
-        return responder->error(from_error(rec.error()).with_session(id).with_exec(eid));
-      auto sse = responder->start_sse();
-      if (!sse) return;
-      auto sub = std::make_shared<SseSubscriber>(sse, from_out, from_err);
-      if (auto r = mgr.follow_exec(caller, id, eid, from_out, from_err, sub); !r) sse->close();
+    std::pair<uint64_t, uint64_t> from{0, 0};
+    if (auto last = last_event_id(req)) {
+      auto pos = parse_position(*last);
+      if (!pos) return res.error(pos.error());
+      from = *pos;
+    }
+    // The stream starts only once the exec is known to exist (else a JSON error).
+    auto responder = res.shared_from_this();
+    struct LazySink final : session::OutputSink {
+      std::shared_ptr<Responder> responder;
+      uint64_t out, err;
+      std::shared_ptr<SseSink> sink;
+      SseSink& get() {
+        if (!sink) sink = std::make_shared<SseSink>(responder->start_sse(), out, err);
+        return *sink;
+      }
+      void on_output(session::Stream s, uint64_t offset, std::string_view data) override {
+        get().on_output(s, offset, data);
+      }
+      void on_exit(const store::ExecRecord& record) override { get().on_exit(record); }
+      bool closed() const override { return sink ? sink->closed() : responder->client_gone(); }
+      void when_room(size_t bytes, std::function<void()> resume) override { get().when_room(bytes, std::move(resume)); }
+    };
+    auto lazy = std::make_shared<LazySink>();
+    lazy->responder = responder;
+    lazy->out = from.first;
+    lazy->err = from.second;
+    mgr.follow_exec(caller, id, eid, from.first, from.second, lazy, [lazy, id, eid](Result<void> found) {
+      if (!found) return lazy->responder->error(from_error(found.error()).with_session(id).with_exec(eid));
+      lazy->get();  // commit to the event stream now
     });
   });
 
@@ -211,44 +261,31 @@ void add_session_routes(RouteContext& ctx) {
         [&](Request& req, Responder& res) {
           auto close = req.query_flag("close");
           if (!close) return res.error(close.error());
-          ctx.server.post_blocking([&mgr, responder = res.shared_from_this(), caller = caller_of(req),
-                                    id = std::string(req.param("id")), eid = std::string(req.param("eid")),
-                                    data = req.body, close = *close] {
-            auto r = mgr.write_stdin(caller, id, eid, data, close);
-            if (!r) return responder->error(from_error(r.error()).with_session(id).with_exec(eid));
-            responder->no_content();
-          });
+          std::string id(req.param("id")), eid(req.param("eid"));
+          mgr.write_stdin(caller_of(req), id, eid, std::move(req.body), *close,
+                          [r = res.shared_from_this(), id, eid](Result<void> done) {
+                            if (!done) return r->error(from_error(done.error()).with_session(id).with_exec(eid));
+                            r->no_content();
+                          });
         },
         upload_options(ctx));
 
   r.add(verb::post, "/v1/sessions/{id}/execs/{eid}/kill", [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());
-    JsonFields f(*body);
-    if (auto ok = f.only({"signal", "grace_s"}); !ok) return res.error(ok.error());
-    auto name = f.string("signal");
-    if (!name) return res.error(name.error());
-    auto grace = f.number("grace_s");
-    if (!grace) return res.error(grace.error());
-    int sig = SIGTERM;
-    if (*name) {
-      static const std::pair<const char*, int> kSignals[] = {
-          {"SIGTERM", SIGTERM}, {"SIGKILL", SIGKILL}, {"SIGINT", SIGINT}, {"SIGHUP", SIGHUP},
-          {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}};
-      sig = 0;
-      for (auto [n, s] : kSignals)
-        if (**name == n) sig = s;
-      if (!sig) return res.error(ApiError::invalid_request("field `signal` must be one of SIGTERM, SIGKILL, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2"));
-    }
-    double g = grace->value_or(2.0);
-    if (g < 0 || g > 300) return res.error(ApiError::invalid_request("field `grace_s` must be 0..300"));
-    answer_blocking(ctx, res, 202,
-                    [&mgr, caller = caller_of(req), id = std::string(req.param("id")),
-                     eid = std::string(req.param("eid")), sig, g] {
-                      return lift(mgr.kill_exec(caller, id, eid, sig,
-                                                std::chrono::milliseconds(static_cast<int64_t>(g * 1000))),
-                                  id, eid);
-                    });
+    auto spec = parse_kill(*body);
+    if (!spec) return res.error(spec.error());
+    std::string id(req.param("id")), eid(req.param("eid"));
+    int sig = spec->signal;
+    mgr.kill_exec(caller_of(req), id, eid, *spec,
+                  answer<store::ExecRecord>(
+                      res, 202,
+                      [sig](const store::ExecRecord& e) -> json::value {
+                        json::object o{{"id", e.id}, {"state", e.state}};
+                        if (e.state == "running") o["signal"] = sig;
+                        return o;
+                      },
+                      id, eid));
   });
 }
 

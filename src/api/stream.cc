@@ -69,6 +69,8 @@ void SseStream::on_close(std::function<void()> fn) {
   channel_->on_close(std::move(fn));
 }
 
+void SseStream::on_room(std::size_t bytes, std::function<void()> fn) { channel_->on_room(bytes, std::move(fn)); }
+
 ChunkedWriter::ChunkedWriter(std::shared_ptr<detail::StreamChannel> channel)
     : channel_(std::move(channel)) {}
 

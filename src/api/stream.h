@@ -15,6 +15,7 @@
 // caller's thread, when it has already ended); they must not block.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string_view>
@@ -44,6 +45,10 @@ class SseStream {
   void close();
   bool closed() const;
   void on_close(std::function<void()> fn);
+  // For producers that pace themselves (a replay of stored output): runs `fn` once
+  // about `bytes` more can be queued without passing the limit; never when the
+  // stream closes first. See StreamChannel::on_room.
+  void on_room(std::size_t bytes, std::function<void()> fn);
 
  private:
   std::shared_ptr<detail::StreamChannel> channel_;

@@ -103,12 +103,33 @@ std::optional<StreamChannel::Batch> StreamChannel::next_batch() {
   return std::nullopt;
 }
 
+void StreamChannel::on_room(std::size_t bytes, std::function<void()> fn) {
+  {
+    std::lock_guard lock(mu_);
+    if (closed_) return;
+    std::size_t used = queued_.size() + in_flight_;
+    if (used != 0 && used + bytes > limit_) {
+      on_room_.emplace_back(bytes, std::move(fn));
+      return;
+    }
+  }
+  fn();
+}
+
 void StreamChannel::batch_written() {
+  std::vector<std::function<void()>> ready;
   {
     std::lock_guard lock(mu_);
     in_flight_ = 0;
+    std::size_t used = queued_.size();
+    std::erase_if(on_room_, [&](auto& w) {
+      if (used != 0 && used + w.first > limit_) return false;
+      ready.push_back(std::move(w.second));
+      return true;
+    });
   }
   room_.notify_all();
+  run(std::move(ready));
 }
 
 std::vector<std::function<void()>> StreamChannel::end() {
@@ -121,6 +142,7 @@ std::vector<std::function<void()>> StreamChannel::end() {
     queued_.clear();
     in_flight_ = 0;
     callbacks.swap(on_close_);
+    on_room_.clear();
   }
   room_.notify_all();
   return callbacks;

@@ -1,172 +1,20 @@
 #include "cli/serve_cmd.h"
 
-#include <signal.h>
-#include <unistd.h>
-
-#include <charconv>
-#include <cstdio>
 #include <memory>
 
-#include "api/routes.h"
-#include "api/server.h"
-#include "common/fs.h"
-#include "rootfs/template.h"
-#include "session/config.h"
-#include "session/manager.h"
-#include "store/store.h"
+#include "daemon/daemon.h"
 
 namespace cela::cli {
-namespace {
-
-struct ServeOptions {
-  std::string config_file, listen, socket, state_dir;
-  int64_t max_sessions = 0;
-};
-
-Result<std::pair<std::string, uint16_t>> parse_listen(const std::string& listen) {
-  auto colon = listen.rfind(':');
-  if (colon == std::string::npos || colon == 0)
-    return fail(ErrorCode::invalid_argument, "bad --listen '" + listen + "' (want ADDR:PORT, e.g. 127.0.0.1:8080)");
-  unsigned port = 0;
-  const char* b = listen.data() + colon + 1;
-  auto [p, ec] = std::from_chars(b, listen.data() + listen.size(), port);
-  if (ec != std::errc() || p != listen.data() + listen.size() || port > 65535)
-    return fail(ErrorCode::invalid_argument, "bad port in --listen '" + listen + "'");
-  return std::pair{listen.substr(0, colon), static_cast<uint16_t>(port)};
-}
-
-int serve(const ServeOptions& o) {
-  auto say = [](const std::string& line) { std::fprintf(stderr, "cela: %s\n", line.c_str()); };
-  if (::geteuid() != 0) {
-    say("cela serve needs root (it creates namespaces, cgroups and id-mapped mounts)");
-    return 2;
-  }
-  session::DaemonConfig config;
-  if (!o.config_file.empty()) {
-    auto loaded = session::DaemonConfig::load(o.config_file);
-    if (!loaded) {
-      say(loaded.error().message());
-      return 2;
-    }
-    config = *loaded;
-  }
-  if (!o.listen.empty()) config.listen = o.listen == "none" ? "" : o.listen;
-  if (!o.socket.empty()) config.socket_path = o.socket;
-  if (!o.state_dir.empty()) config.state_dir = o.state_dir;
-  if (o.max_sessions > 0) config.max_sessions = o.max_sessions;
-
-  api::ServerConfig server_config;
-  server_config.unix_socket_path = config.socket_path;
-  server_config.io_threads = config.http_threads;
-  server_config.blocking_threads = config.blocking_threads;
-  server_config.body_limit = config.max_body_bytes;
-  server_config.log = [](std::string_view line) {
-    std::fprintf(stderr, "cela: %.*s\n", static_cast<int>(line.size()), line.data());
-  };
-  if (config.listen.empty()) {
-    server_config.tcp_host.clear();
-  } else {
-    auto hp = parse_listen(config.listen);
-    if (!hp) {
-      say(hp.error().message());
-      return 2;
-    }
-    server_config.tcp_host = hp->first;
-    server_config.tcp_port = hp->second;
-  }
-
-  if (auto r = make_dirs(config.state_dir, 0700); !r) {
-    say(r.error().message());
-    return 1;
-  }
-  auto store = store::Store::open(config.state_dir + "/cela.db");
-  if (!store) {
-    say("state: " + store.error().message());
-    return 1;
-  }
-  store::Quotas quotas{config.quotas.max_sessions, config.quotas.max_memory_mb, config.quotas.max_cpus};
-  auto dev_key = (*store)->bootstrap(quotas);
-  if (!dev_key) {
-    say("bootstrap: " + dev_key.error().message());
-    return 1;
-  }
-  std::string key_path = config.state_dir + "/dev.key";
-  if (*dev_key) {
-    if (auto w = store::write_secret_file(key_path, **dev_key + "\n"); !w) {
-      say("writing the dev key: " + w.error().message());
-      return 1;
-    }
-    std::printf("cela: first start: created tenant `default` and an admin API key in %s (mode 0600)\n",
-                key_path.c_str());
-  }
-  auto tenants = (*store)->list_tenants();
-  if (!tenants || tenants->empty()) {
-    say("no tenant in the state database");
-    return 1;
-  }
-  std::string default_tenant = tenants->front().id;
-  for (auto& t : *tenants)
-    if (t.name == "default") default_tenant = t.id;
-
-  // The dev-only host template is generated on first use; make it ready now.
-  rootfs::TemplateStore templates;
-  templates.root = config.templates_dir;
-  if (auto h = rootfs::ensure_host_template(templates); !h) say("host template: " + h.error().message());
-
-  auto manager = session::SessionManager::open(config, **store);
-  if (!manager) {
-    say("sessions: " + manager.error().message());
-    return 1;
-  }
-  if (auto n = (*manager)->recover(); !n) {
-    say("recover: " + n.error().message());
-  } else if (*n > 0) {
-    std::printf("cela: closed %lld session(s) left by the previous daemon (reason daemon_restart)\n",
-                static_cast<long long>(*n));
-  }
-
-  // Stop signals are taken with sigwait below; block them before threads start.
-  sigset_t stop;
-  sigemptyset(&stop);
-  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&stop, s);
-  ::pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
-
-  api::HttpServer server(server_config);
-  api::RouteContext ctx{server, **manager, **store, default_tenant};
-  server.set_authenticator(api::make_authenticator(ctx));
-  api::add_admin_routes(ctx);
-  api::add_session_routes(ctx);
-  api::add_file_routes(ctx);
-  if (auto r = server.start(); !r) {
-    say("listen: " + r.error().message());
-    return 1;
-  }
-  std::printf("cela: serving on unix:%s%s\n", config.socket_path.c_str(),
-              config.listen.empty() ? "" : (" and http://" + server_config.tcp_host + ":" +
-                                            std::to_string(server.tcp_port()))
-                                               .c_str());
-  std::fflush(stdout);
-  int sig = 0;
-  ::sigwait(&stop, &sig);
-  std::printf("cela: stopping (signal %d): ending live sessions\n", sig);
-  std::fflush(stdout);
-  server.stop();
-  manager->reset();
-  return 0;
-}
-
-}  // namespace
 
 void add_serve_command(CLI::App& app, int& exit_code) {
-  auto o = std::make_shared<ServeOptions>();
+  auto o = std::make_shared<daemon::DaemonOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "Run the cela daemon (HTTP API, sessions)");
   cmd->add_option("--config", o->config_file, "JSON config file (docs/operations.md)");
   cmd->add_option("--listen", o->listen, "TCP ADDR:PORT (default 127.0.0.1:8080; `none` disables TCP)");
   cmd->add_option("--socket", o->socket, "Unix socket path (default /run/cela/cela.sock)");
   cmd->add_option("--state-dir", o->state_dir, "State directory (default /var/lib/cela/state)");
   cmd->add_option("--max-sessions", o->max_sessions, "Host-wide session limit");
-  cmd->callback([o, &exit_code] { exit_code = serve(*o); });
+  cmd->callback([o, &exit_code] { exit_code = daemon::run(*o); });
 }
 
 }  // namespace cela::cli

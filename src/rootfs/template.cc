@@ -95,6 +95,7 @@ json::object to_object(const Template& t) {
   obj["digest"] = t.digest;
   obj["built_at"] = t.built_at;
   obj["allow_sudo"] = t.allow_sudo;
+  obj["user"] = json::object{{"name", t.user.name}, {"uid", t.user.uid}, {"gid", t.user.gid}, {"home", t.user.home}};
   obj["dev_only"] = t.dev_only;
   obj["layers"] = std::move(layers);
   obj["binds"] = std::move(binds);
@@ -146,6 +147,22 @@ Result<Template> parse_manifest(const std::string& text, const std::string& path
   get_string("recipe", t.recipe);
   if (!get_bool("allow_sudo", t.allow_sudo)) return bad("\"allow_sudo\" is not a bool");
   if (!get_bool("dev_only", t.dev_only)) return bad("\"dev_only\" is not a bool");
+  if (const json::value* v = obj->if_contains("user")) {
+    const json::object* u = v->if_object();
+    if (!u) return bad("\"user\" is not an object");
+    const json::value* name = u->if_contains("name");
+    const json::value* uid = u->if_contains("uid");
+    const json::value* gid = u->if_contains("gid");
+    const json::value* home = u->if_contains("home");
+    auto id_ok = [](const json::value* x) {
+      return x && x->is_int64() && x->as_int64() > 0 && x->as_int64() < 65536;
+    };
+    if (!name || !name->is_string() || name->get_string().empty() || !id_ok(uid) || !id_ok(gid) || !home ||
+        !home->is_string() || !home->get_string().starts_with("/"))
+      return bad("\"user\" needs a name, uid and gid in 1..65535 and an absolute home");
+    t.user = {std::string(name->get_string()), static_cast<uint32_t>(uid->as_int64()),
+              static_cast<uint32_t>(gid->as_int64()), std::string(home->get_string())};
+  }
   if (!get_strings("packages", t.packages)) return bad("\"packages\" is not a string array");
   if (!get_strings("layers", t.layers)) return bad("\"layers\" is not a string array");
   if (t.layers.empty()) return bad("no layers");

@@ -15,6 +15,7 @@
 //   <store>/<name>/.staging-XXXXXX/          a version being built (see StagedVersion)
 //
 // manifest.json: {"name","version","digest","built_at","packages":[..],"allow_sudo",
+// "user":{"name","uid","gid","home"},
 // "dev_only","layers":["layer"],"binds":[{"source","target"}],"recipe"}. Layer paths
 // are stored relative to the version dir and loaded as absolute paths.
 //
@@ -38,6 +39,15 @@ struct HostBind {
   std::string target;  // path inside the sandbox, e.g. /usr
 };
 
+// The account code runs as by default (exec `user: "user"`); root is always uid 0
+// with home /root. Manifests without a "user" object get these defaults.
+struct TemplateUser {
+  std::string name = "user";
+  uint32_t uid = 1000;
+  uint32_t gid = 1000;
+  std::string home = "/home/user";
+};
+
 struct Template {
   std::string name;
   std::string version;                // e.g. "2026.11.29-1" or a digest prefix
@@ -46,6 +56,7 @@ struct Template {
   std::vector<std::string> layers;    // absolute dirs, bottom first
   std::vector<HostBind> binds;        // read-only host binds (dev-only templates)
   std::vector<std::string> packages;  // "name=version" of what the layer holds
+  TemplateUser user;                  // the unprivileged account execs run as
   bool allow_sudo = false;            // the template promises working sudo (no_new_privs off)
   bool dev_only = false;              // shows host files: never for untrusted production use
   std::string recipe;                 // sha256 hex of the build inputs; equal recipe = no rebuild

@@ -50,7 +50,8 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   DaemonConfig c;
   if (auto r = only_keys(o, {"state_dir", "templates_dir", "socket", "listen", "default_template", "max_sessions",
                              "output_cap_bytes", "max_body_bytes", "max_upload_bytes", "http_threads",
-                             "blocking_threads", "defaults", "maxima", "tenant_quotas"},
+                             "blocking_threads", "defaults", "maxima", "tenant_quotas", "output_retention",
+                             "stdin_timeout_s", "uid_slots"},
                          "");
       !r)
     return std::unexpected(r.error());
@@ -65,6 +66,8 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   TAKE(o, "max_upload_bytes", c.max_upload_bytes, "");
   TAKE(o, "http_threads", c.http_threads, "");
   TAKE(o, "blocking_threads", c.blocking_threads, "");
+  TAKE(o, "stdin_timeout_s", c.stdin_timeout_s, "");
+  TAKE(o, "uid_slots", c.uid_slots, "");
   auto section = [&](std::string_view key) -> Result<const json::object*> {
     const json::value* v = o.if_contains(key);
     if (!v) return nullptr;
@@ -110,6 +113,15 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
     TAKE(s, "max_memory_mb", c.quotas.max_memory_mb, "tenant_quotas.");
     TAKE(s, "max_cpus", c.quotas.max_cpus, "tenant_quotas.");
   }
+  auto ret = section("output_retention");
+  if (!ret) return std::unexpected(ret.error());
+  if (*ret) {
+    const json::object& s = **ret;
+    if (auto r = only_keys(s, {"days"}, "output_retention."); !r) return std::unexpected(r.error());
+    TAKE(s, "days", c.output_retention_days, "output_retention.");
+  }
+  if (c.uid_slots < 1 || c.uid_slots > 4096) return fail(ErrorCode::invalid_argument, "config: uid_slots must be 1..4096");
+  if (c.output_retention_days < 0) return fail(ErrorCode::invalid_argument, "config: output_retention.days must be >= 0");
   if (c.max_sessions < 1) return fail(ErrorCode::invalid_argument, "config: max_sessions must be >= 1");
   if (c.http_threads < 1 || c.blocking_threads < 1)
     return fail(ErrorCode::invalid_argument, "config: thread counts must be >= 1");

@@ -47,6 +47,14 @@ struct DaemonConfig {
   uint64_t output_cap_bytes = 16ull << 20;  // per exec and stream
   uint64_t max_body_bytes = 1ull << 20;     // JSON bodies
   uint64_t max_upload_bytes = 256ull << 20; // file uploads and archives
+  // Kept exec output and the records of ended sessions are deleted this many days
+  // after the session ended (API.md `output_retention.days`); 0 keeps them forever.
+  double output_retention_days = 7;
+  // How many host uid slots (65,536 ids each) this daemon may use; creates past them
+  // answer 503. Lower it to share a host's slots between daemons.
+  uint64_t uid_slots = 4096;
+  // A stdin write the process does not take within this bound answers request_timeout.
+  uint64_t stdin_timeout_s = 30;
   int http_threads = 2;
   int blocking_threads = 16;
   SessionDefaults defaults;

@@ -1,143 +1,173 @@
 // SessionManager: where a request becomes a session, an exec, or a cleanup.
 //
-// Owns every live session of this daemon: its jail (jail::Sandbox, started by
-// re-executing cela as init because the daemon is multi-threaded), its uid slot, its
-// execs (each in its own child cgroup, so an exec's CPU, memory peak and kill cover
-// exactly its process tree, setsid'd grandchildren included) and their captured
-// output. One reactor thread (Asio) watches every session's control socket, init's
-// pidfd, exec output pipes and all timers: exec timeouts, session TTL and idle
-// timeout fire with no client connected. API threads call the public methods, which
-// may block (session start waits for init's `ready`); they never run on the reactor.
+// Threads (the rule of this layer):
+//   - The reactor thread owns every live session and exec: their state is read and
+//     changed only there (assert_on_reactor() guards the reactor-only functions).
+//     It watches init's control socket and pidfd, exec output pipes, stdin writes and
+//     every timer (exec timeout, kill grace, TTL, idle, capacity waits).
+//   - The launcher thread boots sandboxes (runtime::Backend::start blocks for a few
+//     ms). It lives as long as the manager, so the inits it clones keep their
+//     PR_SET_PDEATHSIG parent until the daemon ends.
+//   - Any thread may call the public methods. The asynchronous ones (taking a Done)
+//     post to the reactor and return at once; their completion runs on the reactor
+//     and must not block. No caller's thread ever waits on sandbox code: a /run, a
+//     capacity wait or a stdin write that the process does not read holds no thread.
+//   - get(), list() and exec_output() read the store and files on the caller's thread
+//     (the API's blocking pool); files() waits only for the reactor, never a sandbox.
 //
-// State lives in the Store; on start, recover() closes what a previous daemon left:
-// live sessions become `terminated` with reason `daemon_restart` (their inits died
-// with that daemon, which took their namespaces with them), their cgroups are
-// removed, running exec records are closed. Only this state directory's sessions are
-// touched, so several daemons can share a host.
+// Files: manager.cc (wiring, create, lookups, terminate, shutdown), exec.cc (execs:
+// start, stdin, kill, follow, run), timers.cc, recovery.cc, admission.{h,cc}
+// (capacity and waiters), exec_env.{h,cc}, exec_outcome.{h,cc}, output.{h,cc}
+// (capture -> filter -> files -> followers), state.h (the reactor-only records).
 #pragma once
 
+#include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
-#include <boost/json/object.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
-#include <condition_variable>
-#include <functional>
 #include <map>
-#include <memory>
 #include <mutex>
+#include <vector>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "common/error.h"
 #include "jail/cgroup.h"
 #include "jail/seccomp.h"
 #include "rootfs/template.h"
+#include "runtime/runtime.h"
+#include "session/admission.h"
 #include "session/config.h"
+#include "session/output.h"
 #include "session/session_fs.h"
+#include "session/types.h"
 #include "store/store.h"
 
 namespace cela::session {
 
-// Who is asking: every lookup is scoped to the tenant (another tenant's id is
-// not_found, never forbidden).
-struct Caller {
-  std::string tenant_id;
-  bool admin = false;
-};
-
-// Receives an exec's output as it is produced. Called on the reactor thread with
-// the session locked: must not block (queue and return).
-class OutputSubscriber {
- public:
-  virtual ~OutputSubscriber() = default;
-  // `offset` is the stream's byte offset after this chunk.
-  virtual void on_output(std::string_view stream, uint64_t offset, std::string_view data) = 0;
-  virtual void on_exit(const boost::json::object& exec_record) = 0;
-  // True once the consumer is gone; the subscriber is then dropped.
-  virtual bool closed() const = 0;
-};
-
-struct ExecOutput {
-  std::string stdout_data, stderr_data;
-  bool truncated = false;
-};
-
-class Session;
+struct Session;
+struct ExecState;
 
 class SessionManager {
  public:
   static Result<std::unique_ptr<SessionManager>> open(const DaemonConfig& config, store::Store& store);
-  ~SessionManager();  // terminates every live session (reason "daemon_shutdown")
+  // shutdown() if it was not called.
+  ~SessionManager();
 
   // Closes what a previous daemon left behind; returns how many sessions it closed.
+  // Call before serving.
   Result<int64_t> recover();
 
-  // Validates `body` (API.md session create), checks capacity and quotas (waiting up
-  // to `wait` for capacity), starts the jail and returns once init is ready.
-  Result<boost::json::object> create(const Caller& caller, const boost::json::object& body,
-                                     std::chrono::seconds wait);
-  Result<boost::json::object> get(const Caller& caller, const std::string& id);
-  Result<boost::json::object> list(const Caller& caller, const store::SessionFilter& filter,
-                                   const store::PageRequest& page);
-  Result<boost::json::object> patch(const Caller& caller, const std::string& id, const boost::json::object& body);
-  // Idempotent: a second delete answers the same final record.
-  Result<boost::json::object> remove(const Caller& caller, const std::string& id);
+  // Stops admitting (creates answer 503), ends every live session (`terminated`,
+  // reason `daemon_shutdown`; running execs `killed` with that reason) and returns
+  // once their records are written. Idempotent.
+  void shutdown();
 
-  // Starts an exec (API.md exec body); answers {"id", "state": "running"}.
-  Result<boost::json::object> start_exec(const Caller& caller, const std::string& session_id,
-                                         const boost::json::object& body);
-  Result<boost::json::object> get_exec(const Caller& caller, const std::string& session_id,
-                                       const std::string& exec_id);
+  // ---- sessions
+  // Admits (capacity, waiting up to `wait`; tenant quotas), boots the sandbox and
+  // completes once init is ready.
+  void create(const Caller& caller, CreateSessionSpec spec, std::chrono::seconds wait, Done<store::SessionRecord> done);
+  Result<store::SessionRecord> get(const Caller& caller, const std::string& id);
+  Result<store::SessionPage> list(const Caller& caller, const store::SessionFilter& filter,
+                                  const store::PageRequest& page);
+  void patch(const Caller& caller, const std::string& id, PatchSpec spec, Done<store::SessionRecord> done);
+  // Idempotent: a second delete answers the same final record (with its cleanup).
+  void remove(const Caller& caller, const std::string& id, Done<store::SessionRecord> done);
+
+  // ---- execs
+  // Completes once init has started the exec (or said why not): the record.
+  void start_exec(const Caller& caller, const std::string& session_id, ExecSpec spec, Done<store::ExecRecord> done);
+  void get_exec(const Caller& caller, const std::string& session_id, const std::string& exec_id,
+                Done<store::ExecRecord> done);
+  // Kept output of an ended exec (conflict while it runs), read from its files.
   Result<ExecOutput> exec_output(const Caller& caller, const std::string& session_id, const std::string& exec_id);
   // Replays output past the given offsets, then streams live until the exec ends
-  // (on_exit) -- no byte lost or repeated across a resume.
-  Result<void> follow_exec(const Caller& caller, const std::string& session_id, const std::string& exec_id,
-                           uint64_t stdout_from, uint64_t stderr_from, std::shared_ptr<OutputSubscriber> subscriber);
-  Result<void> write_stdin(const Caller& caller, const std::string& session_id, const std::string& exec_id,
-                           std::string_view data, bool close);
-  // SIGTERM (or `signal`) to the exec's whole tree, SIGKILL after `grace`.
-  Result<boost::json::object> kill_exec(const Caller& caller, const std::string& session_id,
-                                        const std::string& exec_id, int signal, std::chrono::milliseconds grace);
-  // start_exec + wait for the end; answers the record with its output.
-  Result<boost::json::object> run(const Caller& caller, const std::string& session_id,
-                                  const boost::json::object& body);
+  // (sink->on_exit): no byte lost or repeated across a resume. `done` reports whether
+  // the exec exists (before anything is sent to the sink).
+  void follow_exec(const Caller& caller, const std::string& session_id, const std::string& exec_id,
+                   uint64_t stdout_from, uint64_t stderr_from, std::shared_ptr<OutputSink> sink, Done<void> done);
+  // Completes once the bytes are written to the exec's stdin (a process that does not
+  // read gets request_timeout after DaemonConfig::stdin_timeout, the rest dropped).
+  void write_stdin(const Caller& caller, const std::string& session_id, const std::string& exec_id, std::string data,
+                   bool close, Done<void> done);
+  // `signal` to the exec's whole tree, SIGKILL after `grace`.
+  void kill_exec(const Caller& caller, const std::string& session_id, const std::string& exec_id, KillSpec spec,
+                 Done<store::ExecRecord> done);
+  // start_exec, then completes when the exec has ended (record only; the caller
+  // reads the output with exec_output).
+  void run(const Caller& caller, const std::string& session_id, ExecSpec spec, Done<store::ExecRecord> done);
 
   // A path-safe view of the session's filesystem (files API).
   Result<std::shared_ptr<SessionFs>> files(const Caller& caller, const std::string& session_id);
 
-  int64_t live_sessions() const;
+  int64_t live_sessions() const { return live_count_.load(); }
+  // True when no create could be admitted now (readyz).
+  bool full() const;
   const DaemonConfig& config() const { return config_; }
 
  private:
+  friend struct ExecState;
   SessionManager(const DaemonConfig& config, store::Store& store);
-  // The live session `id` of any tenant, or null (callers check the tenant first).
-  std::shared_ptr<Session> live_session(const std::string& id) const;
+
+  void assert_on_reactor() const;
+  template <class F>
+  void on_reactor(F&& f) {
+    boost::asio::post(reactor_, std::forward<F>(f));
+  }
+
+  // create() steps
+  void admitted(const Caller& caller, CreateSessionSpec spec, std::chrono::steady_clock::time_point began,
+                Done<store::SessionRecord> done);
+  void booted(std::shared_ptr<Session> session, Result<std::unique_ptr<runtime::Instance>> instance,
+              Done<store::SessionRecord> done);
+
+  // Reactor-only lookups and transitions.
   Result<std::shared_ptr<Session>> find_live(const Caller& caller, const std::string& id);
+  Result<std::shared_ptr<ExecState>> find_exec(const Caller& caller, const std::string& session_id,
+                                               const std::string& exec_id);
   void terminate(const std::shared_ptr<Session>& session, std::string state, std::string reason,
                  std::string message);
-  void watch(const std::shared_ptr<Session>& session);
-  void on_control(const std::shared_ptr<Session>& session);
   void arm_session_timer(const std::shared_ptr<Session>& session);
-  void release_capacity();
+  void exec_started(ExecState& e);
+  void exec_finished(ExecState& e);
+  void maybe_finish(ExecState& e);
+  void retry_unrecorded();
+  void arm_retention();
 
   DaemonConfig config_;
   store::Store& store_;
   rootfs::TemplateStore templates_;
   std::unique_ptr<jail::CgroupHost> cgroups_;
   jail::SeccompProgram seccomp_;
+  std::unique_ptr<runtime::Backend> backend_;
+  std::string output_dir_;
 
   boost::asio::io_context reactor_;
-  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> reactor_work_;
   std::thread reactor_thread_;
+  boost::asio::io_context launcher_;
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> launcher_work_;
+  std::thread launcher_thread_;
 
-  mutable std::mutex mu_;
-  std::condition_variable capacity_cv_;
-  int64_t reserved_ = 0;  // sessions starting or live
+  // ---- reactor-only
+  Admission admission_;
   std::map<std::string, std::shared_ptr<Session>> sessions_;
-};
+  // Final records the store refused (disk full): answered from here and written
+  // again until the store takes them. Written on the reactor, read by get()/list():
+  // guarded by unrecorded_mu_, a leaf lock held for map access only.
+  mutable std::mutex unrecorded_mu_;
+  std::map<std::string, store::SessionRecord> unrecorded_;
+  std::map<std::string, std::vector<store::ExecRecord>> pending_execs_;  // by session; reactor-only
+  std::unique_ptr<boost::asio::steady_timer> retry_timer_, retention_timer_;
+  bool stopping_ = false;
 
-// Maps an Error from this layer to the session's terminal view (for API layers).
-std::string termination_message(const store::SessionRecord& record);
+  std::atomic<int64_t> live_count_{0};
+  std::atomic<bool> full_{false};
+  bool shut_down_ = false;
+};
 
 }  // namespace cela::session

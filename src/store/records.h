@@ -1,5 +1,5 @@
-// The rows cela keeps about tenants, API keys, sessions and execs; their API JSON
-// (the object shapes of API.md); RFC 3339 timestamps; random ids.
+// The rows cela keeps about tenants, API keys, sessions and execs; RFC 3339
+// timestamps; random ids. (Their API JSON is api/render.h.)
 //
 // Records are plain values. Text fields that may be unset (ready_at, ended_at,
 // reasons) are "" when unset and serialise as JSON null. Timestamps are RFC 3339 UTC
@@ -91,10 +91,6 @@ struct SessionRecord {
   boost::json::value cleanup;  // the DELETE cleanup report; null until cleaned up
 };
 
-// API.md session object: id, state, template, limits, network, created_at, ready_at,
-// expires_at, metadata, termination ({reason, at, message} or null), startup_ms;
-// plus cleanup when there is a report.
-boost::json::object to_json(const SessionRecord& session);
 
 // ---- Execs ----
 
@@ -132,10 +128,6 @@ struct ExecRecord {
   bool partial = false;  // produced output, then failed
 };
 
-// API.md exec object: id, session_id, argv|cmd, cwd, user, state, exit_code, signal,
-// reason, started_at, ended_at, duration_ms, cpu_ms, peak_memory_bytes,
-// stdout_bytes, stderr_bytes, output_truncated, partial.
-boost::json::object to_json(const ExecRecord& exec);
 
 // Where an exec's captured stream lives on disk; the session layer writes the bytes.
 struct OutputRecord {
@@ -146,7 +138,6 @@ struct OutputRecord {
   bool truncated = false;
 };
 
-boost::json::object to_json(const TenantRecord& tenant);
 
 // ---- Time and ids ----
 

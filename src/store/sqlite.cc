@@ -1,5 +1,6 @@
 #include "store/sqlite.h"
 
+#include <cerrno>
 #include <utility>
 
 namespace cela::store {
@@ -17,8 +18,14 @@ Error sqlite_error(sqlite3* db, int rc, std::string_view step) {
     case SQLITE_BUSY:
     case SQLITE_LOCKED:
       return Error{ErrorCode::system, 0, std::move(context)};
-    case SQLITE_IOERR:
     case SQLITE_FULL:
+      // The state dir is full: nothing was written; retry once there is room.
+      return Error{ErrorCode::capacity_exceeded, ENOSPC, "the state directory is full (" + context + ")"};
+    case SQLITE_IOERR:
+      if (db != nullptr && (sqlite3_system_errno(db) == ENOSPC || sqlite3_system_errno(db) == EDQUOT))
+        return Error{ErrorCode::capacity_exceeded, sqlite3_system_errno(db),
+                     "the state directory is full (" + context + ")"};
+      [[fallthrough]];
     case SQLITE_CANTOPEN:
     case SQLITE_READONLY:
     case SQLITE_PERM:

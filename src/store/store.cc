@@ -914,6 +914,32 @@ Result<int64_t> Store::close_running_execs(std::string_view reason, std::string_
   return stmt->changes();
 }
 
+Result<std::vector<std::string>> Store::purge_ended_before(std::string_view ended_before) {
+  std::lock_guard lock(mu_);
+  const std::string old = "SELECT id FROM sessions WHERE state IN ('terminated', 'failed') AND termination_at < ?";
+  std::vector<std::string> paths;
+  {
+    auto stmt = db_.prepare("SELECT o.path FROM exec_output o JOIN execs e ON e.id = o.exec_id WHERE e.session_id IN (" +
+                                old + ")",
+                            "list output of ended sessions");
+    if (!stmt) return std::unexpected(stmt.error());
+    stmt->bind(ended_before);
+    for (;;) {
+      auto row = stmt->step();
+      if (!row) return std::unexpected(row.error());
+      if (!*row) break;
+      Row r(*stmt);
+      paths.push_back(r.text());
+    }
+  }
+  // execs and exec_output go with their session (ON DELETE CASCADE).
+  auto del = db_.prepare("DELETE FROM sessions WHERE id IN (" + old + ")", "purge ended sessions");
+  if (!del) return std::unexpected(del.error());
+  del->bind(ended_before);
+  if (auto r = del->run(); !r) return std::unexpected(r.error());
+  return paths;
+}
+
 // ---- Exec output index ----
 
 Result<void> Store::set_output(const OutputRecord& o) {

@@ -146,6 +146,9 @@ class Store {
   // "daemon restarted": processes do not survive the daemon's init sockets.
   Result<int64_t> close_running_execs(std::string_view reason, std::string_view session_id = {});
 
+  // Deletes sessions that ended before `ended_before` (RFC 3339) with their execs and
+  // output index rows; returns the output files they named, for the caller to unlink.
+  Result<std::vector<std::string>> purge_ended_before(std::string_view ended_before);
   // ---- Exec output index (the bytes live in files the session layer writes) ----
   // Inserts or replaces the (exec_id, stream) entry; the exec must exist.
   Result<void> set_output(const OutputRecord& output);

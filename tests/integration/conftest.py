@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import ownership
+
 ROOT = Path(__file__).resolve().parents[2]
 CELA = os.environ.get("CELA_BIN", str(ROOT / "build" / "cela"))
 UID_BASE = 0x10000000  # jail/userns.h kUidBase
@@ -19,8 +21,21 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 def run(args, template="host", opts=(), input=None, timeout=120, check_json=False):
     """`cela run --template T OPTS -- ARGS`; returns CompletedProcess (text)."""
     cmd = [CELA, "run", "--template", template, *opts, "--", *args]
-    return subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout,
-                          stdin=None if input is not None else subprocess.DEVNULL)
+    return run_owned(cmd, input=input, timeout=timeout)
+
+
+def run_owned(cmd, input=None, timeout=120, **kw):
+    """subprocess.run, with the child registered as ours (leftover checks)."""
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    ownership.register_process(p.pid)
+    try:
+        out, err = p.communicate(input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
 def run_json(args, template="host", opts=(), timeout=120):
@@ -37,28 +52,25 @@ def py(code, template="host", opts=(), timeout=120):
 
 
 def sandbox_pids():
-    """Host pids of every process running on a sandbox uid (any slot)."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            status = (d / "status").read_text()
-        except OSError:
-            continue
-        m = re.search(r"^Uid:\s+(\d+)\s+(\d+)", status, re.M)
-        if m and int(m.group(2)) >= UID_BASE:
-            out.append(int(d.name))
-    return out
+    """Host pids of the sandbox processes this test run started (any slot); another
+    daemon's sandboxes on the same host do not count."""
+    return ownership.own_sandbox_pids()
+
+
+_run_cgroups_before = set()
 
 
 def cela_cgroups():
-    """Run cgroups (cela/run-*) present in any hierarchy."""
+    """Run cgroups (cela/run-*) that are ours: new since this test began, and not
+    holding another runner's processes."""
     found = []
-    for parent in CGROUP_ROOT.glob("*/cela"):
-        found += [str(p) for p in parent.iterdir() if p.is_dir() and p.name.startswith("run-")]
-    if (CGROUP_ROOT / "cela").is_dir():
-        found += [str(p) for p in (CGROUP_ROOT / "cela").iterdir() if p.is_dir() and p.name.startswith("run-")]
+    for p in ownership.cela_cgroup_dirs("run-"):
+        if str(p) in _run_cgroups_before:
+            continue
+        procs = ownership.cgroup_pids(p)
+        if procs and not any(ownership.is_ours(pid) for pid in procs):
+            continue
+        found.append(str(p))
     return found
 
 
@@ -73,7 +85,10 @@ def wait_until(pred, timeout=10.0, step=0.05):
 
 @pytest.fixture(autouse=True)
 def no_leftovers():
-    """Every test must leave no sandbox process and no run cgroup behind."""
+    """Every test must leave no sandbox process and no run cgroup behind (of its own)."""
+    global _run_cgroups_before
+    _run_cgroups_before = {str(p) for p in ownership.cela_cgroup_dirs("run-")
+                           if not any(ownership.is_ours(pid) for pid in ownership.cgroup_pids(p))}
     yield
     assert wait_until(lambda: not sandbox_pids(), 5), f"sandbox processes left: {sandbox_pids()}"
     assert wait_until(lambda: not cela_cgroups(), 5), f"cgroups left: {cela_cgroups()}"
@@ -88,6 +103,7 @@ def background():
         p = subprocess.Popen([CELA, "run", "--template", template, *opts, "--", *args],
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
+        ownership.register_process(p.pid)
         procs.append(p)
         return p
 

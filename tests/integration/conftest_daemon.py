@@ -17,6 +17,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import ownership
+
 ROOT = Path(__file__).resolve().parents[2]
 CELA = os.environ.get("CELA_BIN", str(ROOT / "build" / "cela"))
 
@@ -59,6 +61,8 @@ class CelaDaemon:
         args = [binary or CELA, "serve", "--state-dir", str(tmp / "state"), "--socket", str(tmp / "cela.sock"),
                 "--listen", f"127.0.0.1:{port}", *extra_args]
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        ownership.register_process(proc.pid)
+        ownership.register_state_dir(Path(tmp) / "state")
         log.close()
         d = cls(tmp, proc, port, log_path)
         try:

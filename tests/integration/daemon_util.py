@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 import time
 
+import ownership
 from conftest import CELA
 
 
@@ -52,6 +53,8 @@ class Daemon:
                 json.dump(self.config, f)
             args += ["--config", path]
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        ownership.register_process(self.proc.pid)
+        ownership.register_state_dir(self.state)
         end = time.monotonic() + 15
         while time.monotonic() < end:
             try:
@@ -87,6 +90,7 @@ class Daemon:
         """Stops the daemon and removes everything it was given (state, socket, logs)."""
         self.stop()
         self.log.close()
+        ownership.remember_sessions(self.state)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def request(self, method, path, body=None, headers=None, tcp=False, key=None, raw=False, timeout=60):

@@ -9,16 +9,14 @@ from pathlib import Path
 
 import pytest
 
+import ownership
 from conftest import CGROUP_ROOT, sandbox_pids, wait_until
 from daemon_util import Daemon
 
 
 def session_cgroups():
-    out = []
-    for parent in list(CGROUP_ROOT.glob("*/cela")) + [CGROUP_ROOT / "cela"]:
-        if parent.is_dir():
-            out += [str(p) for p in parent.iterdir() if p.is_dir() and p.name.startswith("s-")]
-    return out
+    """Session cgroups of the daemons this test started."""
+    return ownership.own_session_cgroups()
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,8 @@
 // Each test gets a fresh temporary state dir.
 #include "store/store.h"
 
+#include "api/render.h"
+
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -206,7 +208,7 @@ TEST_F(StoreTest, TenantsRoundTrip) {
   EXPECT_DOUBLE_EQ(got->quotas.max_cpus, 2.5);
   EXPECT_EQ(store_->get_tenant("t-0000000000000000").error().code, ErrorCode::not_found);
   EXPECT_EQ(store_->create_tenant("gamma", Quotas{}).error().code, ErrorCode::conflict);
-  EXPECT_EQ(to_json(*got).at("quotas").at("max_sessions").as_int64(), 5);
+  EXPECT_EQ(api::render(*got).at("quotas").at("max_sessions").as_int64(), 5);
 }
 
 class StoreBootstrapTest : public ::testing::Test {
@@ -627,7 +629,7 @@ TEST_F(StoreTest, ExecLifecycleAndOutputIndex) {
 
 TEST_F(StoreTest, JsonShapesFollowTheApi) {
   SessionRecord s = insert(alpha_, "ready");
-  json::object live = to_json(*store_->get_session(alpha_, s.id));
+  json::object live = api::render(*store_->get_session(alpha_, s.id));
   for (const char* key : {"id", "state", "template", "limits", "network", "created_at", "ready_at",
                           "expires_at", "metadata", "termination", "startup_ms"}) {
     EXPECT_TRUE(live.contains(key)) << key;
@@ -639,14 +641,14 @@ TEST_F(StoreTest, JsonShapesFollowTheApi) {
   EXPECT_FALSE(live.contains("tenant_id"));
 
   ASSERT_TRUE(*store_->set_terminated(s.id, "terminated", "ttl_expired", "", json::object{}));
-  json::object ended = to_json(*store_->get_session(alpha_, s.id));
+  json::object ended = api::render(*store_->get_session(alpha_, s.id));
   ASSERT_TRUE(ended.at("termination").is_object());
   EXPECT_EQ(ended.at("termination").at("reason"), "ttl_expired");
   EXPECT_TRUE(ended.at("termination").at("at").is_string());
   EXPECT_TRUE(ended.contains("cleanup"));
 
   ExecRecord e = exec(s);
-  json::object running = to_json(e);
+  json::object running = api::render(e);
   for (const char* key : {"id", "state", "exit_code", "signal", "reason", "started_at", "ended_at",
                           "duration_ms", "cpu_ms", "peak_memory_bytes", "stdout_bytes",
                           "stderr_bytes", "output_truncated", "partial"}) {
@@ -657,7 +659,7 @@ TEST_F(StoreTest, JsonShapesFollowTheApi) {
   EXPECT_TRUE(running.at("ended_at").is_null());
   EXPECT_TRUE(running.at("argv").is_array());
   e.exit_code = 0;
-  EXPECT_EQ(to_json(e).at("exit_code").as_int64(), 0);
+  EXPECT_EQ(api::render(e).at("exit_code").as_int64(), 0);
 }
 
 // ---- Concurrency ----

@@ -1,0 +1,91 @@
+// API JSON of the records the store keeps (the object shapes of API.md). The store
+// stores records; only the API renders them.
+#include "api/render.h"
+
+namespace cela::api {
+namespace json = boost::json;
+
+namespace {
+
+json::value text_or_null(const std::string& text) {
+  if (text.empty()) return nullptr;
+  return json::value(text);
+}
+
+json::value int_or_null(const std::optional<int64_t>& value) {
+  if (!value) return nullptr;
+  return json::value(*value);
+}
+
+}  // namespace
+
+json::object render(const store::SessionRecord& s) {
+  json::object metadata;
+  for (const auto& [key, value] : s.metadata) metadata[key] = value;
+  json::value termination = nullptr;
+  if (!s.termination_reason.empty()) {
+    json::object t;
+    t["reason"] = s.termination_reason;
+    t["at"] = text_or_null(s.termination_at);
+    if (!s.termination_message.empty()) t["message"] = s.termination_message;
+    termination = std::move(t);
+  }
+  json::object o;
+  o["id"] = s.id;
+  o["state"] = s.state;
+  o["template"] = s.template_ref;
+  o["limits"] = s.limits;
+  o["network"] = s.network;
+  o["created_at"] = s.created_at;
+  o["ready_at"] = text_or_null(s.ready_at);
+  o["expires_at"] = text_or_null(s.expires_at);
+  o["metadata"] = std::move(metadata);
+  o["termination"] = std::move(termination);
+  o["startup_ms"] = int_or_null(s.startup_ms);
+  if (!s.cleanup.is_null()) o["cleanup"] = s.cleanup;
+  return o;
+}
+
+json::object render(const store::ExecRecord& e) {
+  json::object o;
+  o["id"] = e.id;
+  o["session_id"] = e.session_id;
+  if (e.cmd.empty()) {
+    json::array argv;
+    for (const auto& arg : e.argv) argv.emplace_back(arg);
+    o["argv"] = std::move(argv);
+  } else {
+    o["cmd"] = e.cmd;
+  }
+  o["cwd"] = e.cwd;
+  o["user"] = e.user;
+  o["state"] = e.state;
+  o["exit_code"] = int_or_null(e.exit_code);
+  o["signal"] = int_or_null(e.signal);
+  o["reason"] = text_or_null(e.reason);
+  o["started_at"] = e.started_at;
+  o["ended_at"] = text_or_null(e.ended_at);
+  o["duration_ms"] = int_or_null(e.duration_ms);
+  o["cpu_ms"] = int_or_null(e.cpu_ms);
+  o["peak_memory_bytes"] = int_or_null(e.peak_memory_bytes);
+  o["stdout_bytes"] = e.stdout_bytes;
+  o["stderr_bytes"] = e.stderr_bytes;
+  o["output_truncated"] = e.output_truncated;
+  o["partial"] = e.partial;
+  return o;
+}
+
+json::object render(const store::TenantRecord& t) {
+  json::object quotas;
+  quotas["max_sessions"] = t.quotas.max_sessions;
+  quotas["max_memory_mb"] = t.quotas.max_memory_mb;
+  quotas["max_cpus"] = t.quotas.max_cpus;
+  json::object o;
+  o["id"] = t.id;
+  o["name"] = t.name;
+  o["quotas"] = std::move(quotas);
+  o["created_at"] = t.created_at;
+  return o;
+}
+
+}  // namespace cela::api

@@ -1,0 +1,22 @@
+// render(): the API.md JSON of a session, exec or tenant record.
+//   session: id, state, template, limits, network, created_at, ready_at, expires_at,
+//            metadata, termination ({reason, at, message} or null), startup_ms; plus
+//            cleanup when there is a report.
+//   exec:    id, session_id, argv|cmd, cwd, user, state, exit_code, signal, reason,
+//            started_at, ended_at, duration_ms, cpu_ms, peak_memory_bytes,
+//            stdout_bytes, stderr_bytes, output_truncated, partial.
+//   tenant:  id, name, quotas, created_at.
+// Unset text fields render as null. Numbers are written by common/json_text.h.
+#pragma once
+
+#include <boost/json/object.hpp>
+
+#include "store/records.h"
+
+namespace cela::api {
+
+boost::json::object render(const store::SessionRecord& session);
+boost::json::object render(const store::ExecRecord& exec);
+boost::json::object render(const store::TenantRecord& tenant);
+
+}  // namespace cela::api

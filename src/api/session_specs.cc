@@ -1,0 +1,227 @@
+#include "api/session_specs.h"
+
+#include <signal.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "api/json_body.h"
+
+namespace cela::api {
+namespace json = boost::json;
+
+namespace {
+
+std::string number_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+// A whole number in [1, max], defaulting to `fallback` when absent.
+ApiResult<uint64_t> whole(const JsonFields& f, std::string_view key, uint64_t fallback, uint64_t max) {
+  auto v = f.number(key);
+  if (!v) return std::unexpected(v.error());
+  if (!*v) return fallback;
+  double d = **v;
+  if (d < 1 || d != std::floor(d)) return std::unexpected(f.invalid(key, "must be a whole number >= 1"));
+  if (d > static_cast<double>(max))
+    return std::unexpected(f.invalid(key, "is above this server's maximum of " + std::to_string(max)));
+  return static_cast<uint64_t>(d);
+}
+
+ApiResult<std::vector<std::string>> env_of(const JsonFields& f) {
+  auto map = f.string_map("env");
+  if (!map) return std::unexpected(map.error());
+  std::vector<std::string> out;
+  if (!*map) return out;
+  for (auto& [k, v] : **map) {
+    if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos ||
+        v.find('\0') != std::string::npos)
+      return std::unexpected(ApiError::invalid_request("bad environment variable name `" + k + "`"));
+    out.push_back(k + "=" + v);
+  }
+  return out;
+}
+
+}  // namespace
+
+ApiResult<session::CreateSessionSpec> parse_create_session(const json::object& body,
+                                                           const session::DaemonConfig& c) {
+  JsonFields f(body);
+  if (auto ok = f.only({"template", "limits", "env", "secrets", "network", "packages", "volumes", "metadata", "pool",
+                        "allow_sudo"});
+      !ok)
+    return std::unexpected(ok.error());
+  session::CreateSessionSpec s;
+  auto tmpl = f.string("template");
+  if (!tmpl) return std::unexpected(tmpl.error());
+  s.template_name = tmpl->value_or(c.default_template);
+
+  json::object empty;
+  auto limits_field = f.object("limits");
+  if (!limits_field) return std::unexpected(limits_field.error());
+  JsonFields l = limits_field->value_or(JsonFields(empty, "limits"));
+  if (auto ok = l.only({"cpus", "memory_mb", "disk_mb", "pids", "ttl_s", "idle_timeout_s", "exec_timeout_s"}); !ok)
+    return std::unexpected(ok.error());
+  auto cpus = l.number("cpus");
+  if (!cpus) return std::unexpected(cpus.error());
+  s.limits.cpus = cpus->value_or(c.defaults.cpus);
+  if (!(s.limits.cpus > 0) || s.limits.cpus > c.maxima.cpus)
+    return std::unexpected(l.invalid("cpus", "must be > 0 and at most " + number_text(c.maxima.cpus)));
+  struct Whole {
+    const char* key;
+    uint64_t* out;
+    uint64_t fallback, max;
+  } wholes[] = {{"memory_mb", &s.limits.memory_mb, c.defaults.memory_mb, c.maxima.memory_mb},
+                {"disk_mb", &s.limits.disk_mb, c.defaults.disk_mb, c.maxima.disk_mb},
+                {"pids", &s.limits.pids, c.defaults.pids, c.maxima.pids},
+                {"ttl_s", &s.limits.ttl_s, c.defaults.ttl_s, c.maxima.ttl_s},
+                {"idle_timeout_s", &s.limits.idle_timeout_s, c.defaults.idle_timeout_s, c.maxima.ttl_s},
+                {"exec_timeout_s", &s.limits.exec_timeout_s, c.defaults.exec_timeout_s, c.maxima.exec_timeout_s}};
+  for (auto& w : wholes) {
+    auto v = whole(l, w.key, w.fallback, w.max);
+    if (!v) return std::unexpected(v.error());
+    *w.out = *v;
+  }
+  if (s.limits.memory_mb < 16) return std::unexpected(l.invalid("memory_mb", "must be at least 16"));
+
+  auto env = env_of(f);
+  if (!env) return std::unexpected(env.error());
+  s.env = std::move(*env);
+  auto metadata = f.string_map("metadata");
+  if (!metadata) return std::unexpected(metadata.error());
+  if (*metadata) s.metadata = std::move(**metadata);
+  auto sudo = f.boolean("allow_sudo");
+  if (!sudo) return std::unexpected(sudo.error());
+  s.allow_sudo = *sudo;
+  auto pool = f.boolean("pool");
+  if (!pool) return std::unexpected(pool.error());
+
+  // Seams for the egress proxy, package gateway, secrets and volumes: until they
+  // exist, asking for them is refused by policy rather than silently ignored.
+  auto network = f.object("network");
+  if (!network) return std::unexpected(network.error());
+  if (*network) {
+    auto mode = (*network)->string("mode");
+    if (!mode) return std::unexpected(mode.error());
+    if (*mode && **mode != "none")
+      return std::unexpected(ApiError::policy_denied("network mode other than `none` is not available on this server"));
+  }
+  auto packages = f.object("packages");
+  if (!packages) return std::unexpected(packages.error());
+  if (*packages) {
+    auto mode = (*packages)->string("mode");
+    if (!mode) return std::unexpected(mode.error());
+    if (*mode && **mode != "off")
+      return std::unexpected(ApiError::policy_denied("package mode other than `off` is not available on this server"));
+  }
+  for (const char* k : {"secrets", "volumes"}) {
+    auto a = f.array(k);
+    if (!a) return std::unexpected(a.error());
+    if (*a && !(*a)->empty())
+      return std::unexpected(ApiError::policy_denied(std::string(k) + " are not available on this server"));
+  }
+  return s;
+}
+
+ApiResult<session::ExecSpec> parse_exec(const json::object& body, const session::DaemonConfig& c) {
+  JsonFields f(body);
+  if (auto ok = f.only({"argv", "cmd", "cwd", "env", "timeout_s", "stdin", "stdin_open", "user", "tty"}); !ok)
+    return std::unexpected(ok.error());
+  session::ExecSpec s;
+  auto argv = f.string_array("argv");
+  if (!argv) return std::unexpected(argv.error());
+  auto cmd = f.string("cmd");
+  if (!cmd) return std::unexpected(cmd.error());
+  if (bool(*argv) == bool(*cmd)) return std::unexpected(ApiError::invalid_request("give exactly one of `argv` and `cmd`"));
+  if (*argv) {
+    if ((*argv)->empty()) return std::unexpected(f.invalid("argv", "must be a non-empty array of strings"));
+    for (auto& a : **argv)
+      if (a.find('\0') != std::string::npos) return std::unexpected(f.invalid("argv", "must not contain NUL bytes"));
+    s.argv = std::move(**argv);
+  } else {
+    if ((*cmd)->empty()) return std::unexpected(f.invalid("cmd", "must be a non-empty string"));
+    if ((*cmd)->find('\0') != std::string::npos) return std::unexpected(f.invalid("cmd", "must not contain NUL bytes"));
+    s.cmd = std::move(**cmd);
+  }
+  auto user = f.string("user");
+  if (!user) return std::unexpected(user.error());
+  if (*user) {
+    if (**user != "user" && **user != "root") return std::unexpected(f.invalid("user", "must be \"user\" or \"root\""));
+    s.user = **user == "root" ? session::ExecUser::root : session::ExecUser::user;
+  }
+  auto cwd = f.string("cwd");
+  if (!cwd) return std::unexpected(cwd.error());
+  if (*cwd) {
+    if (!(*cwd)->starts_with("/")) return std::unexpected(f.invalid("cwd", "must be an absolute path"));
+    if ((*cwd)->find('\0') != std::string::npos) return std::unexpected(f.invalid("cwd", "must not contain NUL bytes"));
+    s.cwd = std::move(**cwd);
+  }
+  auto env = env_of(f);
+  if (!env) return std::unexpected(env.error());
+  s.env = std::move(*env);
+  auto t = f.number("timeout_s");
+  if (!t) return std::unexpected(t.error());
+  if (*t) {
+    if (!(**t > 0) || **t > static_cast<double>(c.maxima.exec_timeout_s))
+      return std::unexpected(
+          f.invalid("timeout_s", "must be > 0 and at most " + std::to_string(c.maxima.exec_timeout_s)));
+    // Fractions of a second are honoured.
+    s.timeout_ms = std::max<uint64_t>(1, static_cast<uint64_t>(std::llround(**t * 1000)));
+  }
+  auto in = f.string("stdin");
+  if (!in) return std::unexpected(in.error());
+  if (*in) s.stdin_text = std::move(**in);
+  auto open = f.boolean("stdin_open");
+  if (!open) return std::unexpected(open.error());
+  s.stdin_open = open->value_or(false);
+  auto tty = f.boolean("tty");
+  if (!tty) return std::unexpected(tty.error());
+  if (tty->value_or(false)) return std::unexpected(ApiError::invalid_request("`tty` execs are not available yet"));
+  return s;
+}
+
+ApiResult<session::KillSpec> parse_kill(const json::object& body) {
+  JsonFields f(body);
+  if (auto ok = f.only({"signal", "grace_s"}); !ok) return std::unexpected(ok.error());
+  auto name = f.string("signal");
+  if (!name) return std::unexpected(name.error());
+  auto grace = f.number("grace_s");
+  if (!grace) return std::unexpected(grace.error());
+  session::KillSpec k;
+  if (*name) {
+    static const std::pair<const char*, int> kSignals[] = {
+        {"SIGTERM", SIGTERM}, {"SIGKILL", SIGKILL}, {"SIGINT", SIGINT},  {"SIGHUP", SIGHUP},
+        {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}};
+    k.signal = 0;
+    for (auto [n, s] : kSignals)
+      if (**name == n) k.signal = s;
+    if (!k.signal)
+      return std::unexpected(
+          f.invalid("signal", "must be one of SIGTERM, SIGKILL, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2"));
+  }
+  double g = grace->value_or(2.0);
+  if (!(g >= 0) || g > 300) return std::unexpected(f.invalid("grace_s", "must be 0..300"));
+  k.grace = std::chrono::milliseconds(static_cast<int64_t>(g * 1000));
+  return k;
+}
+
+ApiResult<session::PatchSpec> parse_patch(const json::object& body) {
+  JsonFields f(body);
+  for (auto& kv : body)
+    if (kv.key() != "ttl_s" && kv.key() != "network")
+      return std::unexpected(ApiError::invalid_request("field `" + std::string(kv.key()) + "` cannot be changed"));
+  if (body.contains("network"))
+    return std::unexpected(ApiError::policy_denied("network allowlists are not available on this server"));
+  session::PatchSpec p;
+  auto ttl = f.number("ttl_s");
+  if (!ttl) return std::unexpected(ttl.error());
+  if (*ttl) {
+    if (**ttl < 1 || **ttl != std::floor(**ttl)) return std::unexpected(f.invalid("ttl_s", "must be a whole number >= 1"));
+    p.ttl_s = static_cast<uint64_t>(**ttl);
+  }
+  return p;
+}
+
+}  // namespace cela::api

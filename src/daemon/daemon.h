@@ -1,0 +1,19 @@
+// `cela serve`: runs the daemon until SIGTERM, SIGINT or SIGHUP.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace cela::daemon {
+
+// Command-line overrides of the config file (empty / 0: not given).
+struct DaemonOptions {
+  std::string config_file, listen, socket, state_dir;
+  int64_t max_sessions = 0;
+};
+
+// The process exit code: 0 after a clean stop, 1 on a start failure, 2 on bad
+// configuration.
+int run(const DaemonOptions& options);
+
+}  // namespace cela::daemon

@@ -1,0 +1,360 @@
+#include "runtime/jail.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/write.hpp>
+#include <cassert>
+#include <deque>
+#include <map>
+
+#include "jail/sandbox.h"
+
+namespace cela::runtime {
+namespace asio = boost::asio;
+
+std::string_view to_string(Stream stream) { return stream == Stream::stdout_stream ? "stdout" : "stderr"; }
+
+namespace {
+
+using Descriptor = asio::posix::stream_descriptor;
+
+// One exec of a jail: its cgroup, stdin writer and the two output readers.
+class JailExec final : public Exec {
+ public:
+  JailExec(asio::io_context& reactor, std::unique_ptr<jail::Cgroup> cgroup, ExecListener& listener)
+      : reactor_(reactor), cgroup_(std::move(cgroup)), listener_(listener) {}
+  ~JailExec() override {
+    stop_output();
+    drop_stdin(Error{ErrorCode::gone, 0, "the exec has ended"});
+    stdin_.reset();
+  }
+
+  void started(UniqueFd in, UniqueFd out, UniqueFd err) {
+    stdin_ = std::make_unique<Descriptor>(reactor_, in.release());
+    stdin_->non_blocking(true);
+    read(Stream::stdout_stream, std::move(out));
+    read(Stream::stderr_stream, std::move(err));
+  }
+
+  void write_stdin(std::string data, std::function<void(Result<void>)> done) override {
+    if (!stdin_ || closing_) {
+      done(fail(ErrorCode::conflict, "stdin is closed"));
+      return;
+    }
+    backlog_ += data.size();
+    queue_.push_back({std::move(data), std::move(done)});
+    if (queue_.size() == 1) write_next();
+  }
+
+  void close_stdin() override {
+    closing_ = true;
+    if (queue_.empty()) stdin_.reset();
+  }
+
+  size_t stdin_backlog() const override { return backlog_; }
+
+  void drop_stdin(const Error& why) override {
+    auto pending = std::move(queue_);
+    queue_.clear();
+    backlog_ = 0;
+    if (stdin_) stdin_->cancel();
+    for (auto& p : pending)
+      if (p.done) p.done(std::unexpected(why));
+  }
+
+  Result<void> signal_tree(int sig) override { return cgroup_ ? cgroup_->signal_all(sig) : Result<void>{}; }
+  Result<void> kill_tree() override { return cgroup_ ? cgroup_->kill_all() : Result<void>{}; }
+  Result<jail::CgroupStats> stats() const override {
+    if (!cgroup_) return fail(ErrorCode::gone, "the exec's cgroup is gone");
+    return cgroup_->stats();
+  }
+  void stop_output() override {
+    for (auto& d : readers_)
+      if (d) d->cancel(), d.reset();
+  }
+  bool release_if_empty() override {
+    if (!cgroup_) return true;
+    auto pop = cgroup_->populated();
+    if (!pop || *pop) return false;
+    (void)cgroup_->destroy();
+    cgroup_.reset();
+    return true;
+  }
+  // The session's cgroup removal takes the children first.
+  void forget_cgroup() { cgroup_.reset(); }
+
+ private:
+  struct Pending {
+    std::string data;
+    std::function<void(Result<void>)> done;
+  };
+
+  void write_next() {
+    if (queue_.empty() || !stdin_) return;
+    auto& front = queue_.front();
+    asio::async_write(*stdin_, asio::buffer(front.data),
+                      [this, alive = alive_](boost::system::error_code ec, size_t) {
+                        if (!*alive) return;
+                        if (queue_.empty()) return;  // dropped meanwhile
+                        Pending p = std::move(queue_.front());
+                        queue_.pop_front();
+                        backlog_ -= p.data.size();
+                        if (ec) {
+                          Error e{ErrorCode::conflict, ec.value(),
+                                  ec == asio::error::broken_pipe ? "the exec no longer reads stdin"
+                                                                 : "write stdin: " + ec.message()};
+                          if (p.done) p.done(std::unexpected(e));
+                          drop_stdin(e);
+                          stdin_.reset();
+                          return;
+                        }
+                        if (p.done) p.done({});
+                        if (queue_.empty()) {
+                          if (closing_) stdin_.reset();
+                        } else {
+                          write_next();
+                        }
+                      });
+  }
+
+  void read(Stream stream, UniqueFd fd) {
+    auto& d = readers_[stream == Stream::stdout_stream ? 0 : 1];
+    d = std::make_unique<Descriptor>(reactor_, fd.release());
+    d->non_blocking(true);
+    arm(stream);
+  }
+
+  void arm(Stream stream) {
+    auto& d = readers_[stream == Stream::stdout_stream ? 0 : 1];
+    if (!d) return;
+    d->async_wait(Descriptor::wait_read, [this, stream, alive = alive_](boost::system::error_code ec) {
+      if (!*alive) return;
+      auto& dd = readers_[stream == Stream::stdout_stream ? 0 : 1];
+      if (ec || !dd) return;
+      // Bounded work per wake-up keeps one flooding exec from starving the reactor.
+      char buf[65536];
+      ssize_t n = ::read(dd->native_handle(), buf, sizeof buf);
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) return arm(stream);
+      if (n <= 0) {
+        dd.reset();
+        listener_.on_output_end(stream);
+        return;
+      }
+      listener_.on_output(stream, std::string_view(buf, static_cast<size_t>(n)));
+      if (*alive) arm(stream);
+    });
+  }
+
+  asio::io_context& reactor_;
+  std::unique_ptr<jail::Cgroup> cgroup_;
+  ExecListener& listener_;
+  std::unique_ptr<Descriptor> stdin_;
+  std::unique_ptr<Descriptor> readers_[2];
+  std::deque<Pending> queue_;
+  size_t backlog_ = 0;
+  bool closing_ = false;
+  // Completions posted before destruction check this instead of touching `this`.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+
+ public:
+  void kill_alive() { *alive_ = false; }
+};
+
+class JailInstance final : public Instance {
+ public:
+  explicit JailInstance(std::unique_ptr<jail::Sandbox> sandbox) : sandbox_(std::move(sandbox)) {}
+  ~JailInstance() override {
+    *alive_ = false;
+    destroy();
+  }
+
+  void attach(asio::io_context& reactor, std::function<void(std::string)> on_died) override {
+    reactor_ = &reactor;
+    on_died_ = std::move(on_died);
+    control_ = std::make_unique<Descriptor>(reactor, ::fcntl(sandbox_->control_fd(), F_DUPFD_CLOEXEC, 3));
+    pidfd_ = std::make_unique<Descriptor>(reactor, ::fcntl(sandbox_->pidfd(), F_DUPFD_CLOEXEC, 3));
+    arm_control();
+    pidfd_->async_wait(Descriptor::wait_read, [this, alive = alive_](boost::system::error_code ec) {
+      if (!*alive || ec) return;
+      died("the session's init process died");
+    });
+  }
+
+  Result<std::unique_ptr<Exec>> exec(const ProcessSpec& spec, ExecListener& listener) override {
+    assert(reactor_ && "attach() first");
+    if (destroyed_) return fail(ErrorCode::gone, "the sandbox has ended");
+    uint64_t id = next_id_++;
+    auto cg = sandbox_->cgroup().create_child("e-" + std::to_string(id));
+    if (!cg) return std::unexpected(cg.error());
+    // The exec joins its cgroup itself, before anything else runs in it.
+    auto join = (*cg)->open_self_attach(true);
+    if (!join) {
+      (void)(*cg)->destroy();
+      return std::unexpected(join.error());
+    }
+    std::vector<int> fds;
+    for (auto& fd : *join) fds.push_back(fd.get());
+    jail::ExecRequest req;
+    req.id = id;
+    req.argv = spec.argv;
+    req.env = spec.env;
+    req.cwd = spec.cwd;
+    req.uid = spec.uid;
+    req.gid = spec.gid;
+    req.nofile = spec.nofile;
+    req.fsize_bytes = spec.fsize_bytes;
+    req.no_new_privs = spec.no_new_privs;
+    auto e = std::make_unique<JailExec>(*reactor_, std::move(*cg), listener);
+    if (auto sent = sandbox_->send_exec(req, fds); !sent) return std::unexpected(sent.error());
+    execs_[id] = {e.get(), &listener};
+    return std::unique_ptr<Exec>(new ExecHandle(std::move(e), *this, id));
+  }
+
+  Result<jail::CgroupStats> stats() const override { return sandbox_->cgroup().stats(); }
+  Result<void> freeze(bool frozen) override { return sandbox_->cgroup().freeze(frozen); }
+  Result<UniqueFd> open_root() const override {
+    std::string root = "/proc/" + std::to_string(sandbox_->init_pid()) + "/root";
+    UniqueFd fd(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) return sys_fail("open " + root);
+    return fd;
+  }
+  pid_t host_pid() const override { return sandbox_->init_pid(); }
+
+  Teardown destroy() override {
+    if (destroyed_) return teardown_;
+    destroyed_ = true;
+    control_.reset();
+    pidfd_.reset();
+    if (auto st = sandbox_->cgroup().stats(); st) teardown_.processes_killed = st->pids_current;
+    // Per-exec cgroups are children of the sandbox's: it removes them first.
+    for (auto& [id, e] : execs_) e.exec->forget_cgroup();
+    auto report = sandbox_->destroy();
+    if (report) teardown_.cgroup_removed = report->cgroup_removed;
+    else teardown_.error = report.error().message();
+    return teardown_;
+  }
+
+ private:
+  // What the session holds: the exec, unregistered from the instance when dropped.
+  class ExecHandle final : public Exec {
+   public:
+    ExecHandle(std::unique_ptr<JailExec> e, JailInstance& owner, uint64_t id)
+        : e_(std::move(e)), owner_(owner), id_(id), owner_alive_(owner.alive_) {}
+    ~ExecHandle() override {
+      if (*owner_alive_) owner_.execs_.erase(id_);
+      e_->kill_alive();
+    }
+    void write_stdin(std::string data, std::function<void(Result<void>)> done) override {
+      e_->write_stdin(std::move(data), std::move(done));
+    }
+    void close_stdin() override { e_->close_stdin(); }
+    size_t stdin_backlog() const override { return e_->stdin_backlog(); }
+    void drop_stdin(const Error& why) override { e_->drop_stdin(why); }
+    Result<void> signal_tree(int sig) override { return e_->signal_tree(sig); }
+    Result<void> kill_tree() override { return e_->kill_tree(); }
+    Result<jail::CgroupStats> stats() const override { return e_->stats(); }
+    void stop_output() override { e_->stop_output(); }
+    bool release_if_empty() override { return e_->release_if_empty(); }
+
+   private:
+    std::unique_ptr<JailExec> e_;
+    JailInstance& owner_;
+    uint64_t id_;
+    std::shared_ptr<bool> owner_alive_;
+  };
+
+  struct Entry {
+    JailExec* exec;
+    ExecListener* listener;
+  };
+
+  void arm_control() {
+    if (!control_) return;
+    control_->async_wait(Descriptor::wait_read, [this, alive = alive_](boost::system::error_code ec) {
+      if (!*alive || ec || !control_) return;
+      on_control();
+    });
+  }
+
+  void on_control() {
+    auto msg = sandbox_->next_event();
+    if (!msg) return died("the session's init process closed its control channel");
+    std::string type = msg->type();
+    auto* idv = msg->body.if_contains("id");
+    uint64_t id = idv && idv->is_number() ? idv->to_number<uint64_t>() : 0;
+    auto it = execs_.find(id);
+    if (it != execs_.end()) {
+      Entry entry = it->second;
+      if (type == "started" && msg->fds.size() == 3) {
+        auto* pid = msg->body.if_contains("pid");
+        entry.exec->started(std::move(msg->fds[0]), std::move(msg->fds[1]), std::move(msg->fds[2]));
+        entry.listener->on_started(pid && pid->is_number() ? pid->to_number<pid_t>() : 0);
+      } else if (type == "exec_error") {
+        StartFailure f;
+        if (auto* s = msg->body.if_contains("step"); s && s->is_string()) f.step = std::string(s->as_string());
+        if (auto* e = msg->body.if_contains("errno"); e && e->is_number()) f.err = e->to_number<int>();
+        entry.listener->on_start_failed(f);
+      } else if (type == "exited") {
+        auto* st = msg->body.if_contains("status");
+        entry.listener->on_exited(st && st->is_number() ? st->to_number<int>() : 0);
+      }
+    }
+    if (*alive_ && !destroyed_) arm_control();
+  }
+
+  void died(std::string why) {
+    if (destroyed_ || dead_) return;
+    dead_ = true;
+    control_.reset();
+    pidfd_.reset();
+    if (on_died_) on_died_(std::move(why));
+  }
+
+  std::unique_ptr<jail::Sandbox> sandbox_;
+  asio::io_context* reactor_ = nullptr;
+  std::function<void(std::string)> on_died_;
+  std::unique_ptr<Descriptor> control_, pidfd_;
+  std::map<uint64_t, Entry> execs_;
+  uint64_t next_id_ = 1;
+  bool destroyed_ = false, dead_ = false;
+  Teardown teardown_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+class JailBackend final : public Backend {
+ public:
+  JailBackend(jail::CgroupHost& cgroups, const jail::SeccompProgram& seccomp) : cgroups_(cgroups), seccomp_(seccomp) {}
+  std::string_view name() const override { return "jail"; }
+
+  Result<std::unique_ptr<Instance>> start(const InstanceSpec& spec) override {
+    jail::SandboxSpec sb;
+    sb.name = spec.name;
+    sb.hostname = spec.hostname;
+    sb.rootfs.layers = spec.rootfs.layers;
+    for (const auto& [source, target] : spec.rootfs.binds) sb.rootfs.binds.emplace_back(source, target);
+    sb.rootfs.disk_bytes = spec.disk_bytes;
+    sb.limits = spec.limits;
+    sb.host_uid_base = spec.host_uid_base;
+    sb.reexec_init = true;  // the daemon is multi-threaded
+    auto sandbox = jail::Sandbox::start(sb, cgroups_, seccomp_);
+    if (!sandbox) return std::unexpected(sandbox.error());
+    return std::unique_ptr<Instance>(new JailInstance(std::move(*sandbox)));
+  }
+
+  Result<void> remove_stale(const std::string& name) override { return cgroups_.remove_stale(name); }
+
+ private:
+  jail::CgroupHost& cgroups_;
+  const jail::SeccompProgram& seccomp_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_jail_backend(jail::CgroupHost& cgroups, const jail::SeccompProgram& seccomp) {
+  return std::make_unique<JailBackend>(cgroups, seccomp);
+}
+
+}  // namespace cela::runtime

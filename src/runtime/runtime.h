@@ -1,0 +1,134 @@
+// The backend interface a session runs on. The session layer drives sandboxes only
+// through it, so a second backend (a microVM) can come without touching sessions.
+//
+// Lifecycle: Backend::start() builds and boots one sandbox and blocks until it can
+// run code (call it on the launcher thread, never on the reactor). The Instance it
+// returns is then attached to the session reactor (Instance::attach) and from there
+// on is reactor-only: every method, and every listener callback, runs on the
+// reactor thread. Output is pushed to the ExecListener as chunks as it arrives.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/error.h"
+#include "common/fd.h"
+#include "jail/cgroup.h"
+
+namespace cela::runtime {
+
+struct LayerStack {
+  std::vector<std::string> layers;                          // read-only dirs, bottom first
+  std::vector<std::pair<std::string, std::string>> binds;  // host source -> target (dev-only)
+};
+
+struct InstanceSpec {
+  std::string name;      // unique among live instances (cgroup name)
+  std::string hostname;  // inside
+  LayerStack rootfs;
+  uint64_t disk_bytes = 0;  // writable layer size
+  jail::CgroupLimits limits;
+  uint32_t host_uid_base = 0;  // host uid that is root inside
+};
+
+// One process to start inside: the complete environment, identity and limits.
+struct ProcessSpec {
+  std::vector<std::string> argv;
+  std::vector<std::string> env;  // "K=V", complete
+  std::string cwd = "/";
+  uint32_t uid = 0, gid = 0;
+  uint64_t nofile = 4096;
+  uint64_t fsize_bytes = 0;  // RLIMIT_FSIZE; 0 = unlimited
+  bool no_new_privs = true;
+};
+
+enum class Stream { stdout_stream, stderr_stream };
+std::string_view to_string(Stream stream);
+
+// Why a process did not start: the step inside the sandbox and its errno.
+struct StartFailure {
+  std::string step;  // "execve", "chdir", ...
+  int err = 0;
+};
+
+// Receives one exec's life, on the reactor thread. Every exec ends with exactly one of
+// on_start_failed or on_exited; output may still arrive after on_exited (background
+// processes holding the pipes) until both streams have ended.
+class ExecListener {
+ public:
+  virtual ~ExecListener() = default;
+  virtual void on_started(pid_t pid_inside) = 0;
+  virtual void on_start_failed(const StartFailure& failure) = 0;
+  virtual void on_output(Stream stream, std::string_view data) = 0;
+  virtual void on_output_end(Stream stream) = 0;
+  virtual void on_exited(int wait_status) = 0;
+};
+
+// A started exec, reactor-only. Dropping it stops reading its output and closes stdin.
+class Exec {
+ public:
+  virtual ~Exec() = default;
+  // Queues `data` for the process's stdin, written without blocking as the pipe takes
+  // it; `done` runs once all of it has been written (or the pipe broke).
+  virtual void write_stdin(std::string data, std::function<void(Result<void>)> done) = 0;
+  // Closes stdin once what is queued has been written.
+  virtual void close_stdin() = 0;
+  // Bytes queued for stdin and not yet taken by the process.
+  virtual size_t stdin_backlog() const = 0;
+  // Drops what is queued for stdin (its completions see an error).
+  virtual void drop_stdin(const Error& why) = 0;
+  // The exec's whole process tree (its own cgroup), setsid'd grandchildren included.
+  virtual Result<void> signal_tree(int sig) = 0;
+  virtual Result<void> kill_tree() = 0;
+  virtual Result<jail::CgroupStats> stats() const = 0;
+  // Stops reading output (both streams end now).
+  virtual void stop_output() = 0;
+  // Removes the exec's accounting once none of its processes is left; true if removed.
+  virtual bool release_if_empty() = 0;
+};
+
+struct Teardown {
+  uint64_t processes_killed = 0;
+  bool cgroup_removed = false;
+  std::string error;  // "" when clean
+};
+
+class Instance {
+ public:
+  virtual ~Instance() = default;
+  // Begins watching on `reactor`; `on_died` runs (once) when the sandbox's init is
+  // gone for any reason other than destroy().
+  virtual void attach(boost::asio::io_context& reactor, std::function<void(std::string why)> on_died) = 0;
+  // Starts a process; the listener must outlive the Exec.
+  virtual Result<std::unique_ptr<Exec>> exec(const ProcessSpec& spec, ExecListener& listener) = 0;
+  virtual Result<jail::CgroupStats> stats() const = 0;
+  // Freezes (true) or thaws (false) every process of the sandbox.
+  virtual Result<void> freeze(bool frozen) = 0;
+  // The sandbox's root directory, opened O_PATH from the host (files API, snapshots).
+  virtual Result<UniqueFd> open_root() const = 0;
+  // Host pid of the sandbox's init.
+  virtual pid_t host_pid() const = 0;
+  // Kills everything, waits until it is gone, removes the sandbox's resources.
+  // Idempotent; the first call's report is returned again.
+  virtual Teardown destroy() = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  // Blocking: boots the sandbox and returns once it can run code. Call from the
+  // launcher thread (PR_SET_PDEATHSIG of the sandbox follows the calling thread).
+  virtual Result<std::unique_ptr<Instance>> start(const InstanceSpec& spec) = 0;
+  // Removes what an instance named `name` left behind when its daemon died.
+  virtual Result<void> remove_stale(const std::string& name) = 0;
+};
+
+}  // namespace cela::runtime

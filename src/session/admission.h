@@ -1,0 +1,58 @@
+// Admission: whether a new session may start now. Host capacity (live and starting
+// sessions against DaemonConfig::max_sessions, with a bounded, asynchronous wait) and
+// tenant quotas (live sessions, total memory, cpus per session).
+//
+// Reactor-only. Quotas are checked against the store's live sessions; the check and
+// the insert that follows run in one reactor turn, so two creates cannot both slip
+// through.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+
+#include "common/error.h"
+#include "session/types.h"
+#include "store/records.h"
+#include "store/store.h"
+
+namespace cela::session {
+
+class Admission {
+ public:
+  Admission(boost::asio::io_context& reactor, int64_t max_sessions) : reactor_(reactor), max_(max_sessions) {}
+  ~Admission();
+
+  // Reserves a host slot now, or once one frees within `wait`; else (or once
+  // closed) capacity_exceeded. `done` runs on the reactor, never inside reserve().
+  void reserve(std::chrono::seconds wait, std::function<void(Result<void>)> done);
+  // Gives a reserved slot back; the oldest waiter gets it.
+  void release();
+  // Refuses waiters and every later reserve() with `why`.
+  void close(const Error& why);
+  bool full() const { return reserved_ >= max_; }
+  int64_t reserved() const { return reserved_; }
+
+  // The tenant's quotas for one more session of `limits`: quota_exceeded naming the
+  // quota, or ok.
+  static Result<void> check_quota(store::Store& store, const store::TenantRecord& tenant, const SessionLimits& limits);
+
+ private:
+  struct Waiter {
+    std::function<void(Result<void>)> done;
+    std::unique_ptr<boost::asio::steady_timer> timer;
+  };
+  Error capacity_error() const;
+
+  boost::asio::io_context& reactor_;
+  int64_t max_;
+  int64_t reserved_ = 0;
+  std::list<Waiter> waiters_;
+  std::optional<Error> closed_;
+};
+
+}  // namespace cela::session

@@ -1,0 +1,38 @@
+// Recovery at daemon start: closes what a previous daemon of this state directory left.
+// Its inits died with it (PR_SET_PDEATHSIG), taking their namespaces along; what
+// remains is cgroups and records. Only this state dir's sessions are touched, so
+// several daemons can share a host.
+#include <boost/json.hpp>
+#include <cstdio>
+#include <future>
+
+#include "session/manager.h"
+
+namespace cela::session {
+namespace json = boost::json;
+
+Result<int64_t> SessionManager::recover() {
+  std::promise<Result<int64_t>> promise;
+  auto f = promise.get_future();
+  on_reactor([&] {
+    auto live = store_.live_sessions();
+    if (!live) return promise.set_value(std::unexpected(live.error()));
+    for (const store::SessionRecord& s : *live) {
+      json::object cleanup{{"cgroup_removed", true}, {"mounts_removed", true}, {"upper_dir_freed", true}};
+      if (auto r = backend_->remove_stale(s.id); !r) {
+        std::fprintf(stderr, "cela: recover: cgroup of %s: %s\n", s.id.c_str(), r.error().message().c_str());
+        cleanup["cgroup_removed"] = false;
+      }
+      bool starting = s.state == store::session_state::starting;
+      (void)store_.set_terminated(s.id, starting ? "failed" : "terminated", "daemon_restart",
+                                  starting ? "the daemon restarted while the session was starting"
+                                           : "the daemon restarted; the session's processes ended with it",
+                                  cleanup);
+    }
+    (void)store_.close_running_execs("the daemon restarted while the exec was running");
+    promise.set_value(static_cast<int64_t>(live->size()));
+  });
+  return f.get();
+}
+
+}  // namespace cela::session

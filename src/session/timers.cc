@@ -1,0 +1,62 @@
+// Session timers: TTL and idle timeout (with no client connected), and the
+// retention sweep of ended sessions' records and output. Reactor-only.
+#include <boost/asio/post.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <unistd.h>
+
+#include "session/manager.h"
+#include "session/state.h"
+
+namespace cela::session {
+namespace asio = boost::asio;
+
+// TTL or idle timeout, whichever comes first. Idle time counts only while no exec runs,
+// from the end of the last one (exec_finished re-arms this timer).
+void SessionManager::arm_session_timer(const std::shared_ptr<Session>& session) {
+  assert_on_reactor();
+  if (!session->timer || session->ended) return;
+  auto at = session->expires;
+  if (session->limits.idle_timeout_s > 0 && session->running_execs() == 0) {
+    auto idle_at = session->last_activity + std::chrono::seconds(session->limits.idle_timeout_s);
+    if (idle_at < at) at = idle_at;
+  }
+  session->timer->expires_at(at);
+  std::weak_ptr<Session> weak = session;
+  session->timer->async_wait([this, weak](boost::system::error_code ec) {
+    if (ec) return;
+    auto s = weak.lock();
+    if (!s || s->ended) return;
+    auto now = Clock::now();
+    if (now >= s->expires)
+      return terminate(s, "terminated", "ttl_expired", "the session's ttl of " + std::to_string(s->limits.ttl_s) + " s ran out");
+    bool idle = s->limits.idle_timeout_s > 0 && s->running_execs() == 0 &&
+                now >= s->last_activity + std::chrono::seconds(s->limits.idle_timeout_s);
+    if (idle)
+      return terminate(s, "terminated", "idle_timeout",
+                       "no activity for " + std::to_string(s->limits.idle_timeout_s) + " s");
+    arm_session_timer(s);  // activity moved the deadline
+  });
+}
+
+void SessionManager::arm_retention() {
+  assert_on_reactor();
+  if (config_.output_retention_days <= 0 || stopping_) return;
+  auto retention_ms = static_cast<int64_t>(config_.output_retention_days * 86'400'000.0);
+  int64_t cutoff = store::now_ms() - retention_ms;
+  auto paths = store_.purge_ended_before(store::format_rfc3339(cutoff));
+  if (paths) {
+    for (const auto& p : *paths) ::unlink(p.c_str());
+  } else {
+    std::fprintf(stderr, "cela: output retention: %s\n", paths.error().message().c_str());
+  }
+  if (!retention_timer_) retention_timer_ = std::make_unique<asio::steady_timer>(reactor_);
+  // Swept hourly, or more often when the retention itself is short.
+  auto every = std::clamp<int64_t>(retention_ms / 4, 500, 3'600'000);
+  retention_timer_->expires_after(std::chrono::milliseconds(every));
+  retention_timer_->async_wait([this](boost::system::error_code ec) {
+    if (!ec) arm_retention();
+  });
+}
+
+}  // namespace cela::session

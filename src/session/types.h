@@ -1,0 +1,82 @@
+// The typed boundary of the session layer: what callers ask for (specs) and what
+// they get back (records, outcomes). The API parses JSON into these and renders the
+// records; nothing below the API sees JSON request bodies.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "store/records.h"
+
+namespace cela::session {
+
+// Who is asking: every lookup is scoped to the tenant (another tenant's id is
+// not_found, never forbidden).
+struct Caller {
+  std::string tenant_id;
+  bool admin = false;
+};
+
+struct SessionLimits {
+  double cpus = 1;
+  uint64_t memory_mb = 512, disk_mb = 1024, pids = 256;
+  uint64_t ttl_s = 3600, idle_timeout_s = 600, exec_timeout_s = 300;
+};
+
+// POST /v1/sessions, validated against the daemon's maxima by the API.
+struct CreateSessionSpec {
+  std::string template_name;
+  SessionLimits limits;
+  std::vector<std::string> env;  // "K=V"
+  std::map<std::string, std::string> metadata;
+  std::optional<bool> allow_sudo;  // unset: what the template promises
+};
+
+enum class ExecUser { user, root };
+
+// POST …/execs and …/run.
+struct ExecSpec {
+  std::vector<std::string> argv;  // exactly one of argv and cmd
+  std::string cmd;                // run by /bin/sh -c
+  std::string cwd;                // "" = the user's home
+  std::vector<std::string> env;   // "K=V", over the session's
+  ExecUser user = ExecUser::user;
+  // Unset: the session's exec_timeout_s. More than the session's ceiling is refused
+  // (invalid_argument) by the session layer, which knows the ceiling.
+  std::optional<uint64_t> timeout_ms;
+  std::string stdin_text;
+  bool stdin_open = false;  // keep stdin open after stdin_text (POST …/stdin writes)
+};
+
+struct KillSpec {
+  int signal = 15;  // SIGTERM
+  std::chrono::milliseconds grace{2000};
+};
+
+struct PatchSpec {
+  std::optional<uint64_t> ttl_s;
+};
+
+// An exec's kept output, whole (GET …/output and /run answers).
+struct ExecOutput {
+  std::string stdout_data, stderr_data;
+  bool truncated = false;
+};
+
+struct RunOutcome {
+  store::ExecRecord record;
+  ExecOutput output;
+};
+
+// Completions of asynchronous calls. They run on the session reactor: they must not
+// block (hand the answer to the HTTP layer and return).
+template <class T>
+using Done = std::function<void(Result<T>)>;
+
+}  // namespace cela::session
