@@ -326,7 +326,10 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--pids", opts->pids, "Maximum number of processes")->capture_default_str();
   cmd->add_option("--timeout", opts->timeout, "Wall-clock timeout (e.g. 30s, 5m)")->capture_default_str();
   cmd->add_option("--disk", opts->disk, "Size of the writable layer; also the largest file")->capture_default_str();
-  cmd->add_option("--env", opts->env, "Environment variable K=V (repeatable)");
+  // One value per --env: a vector option otherwise keeps taking words, and CLI11 2.1
+  // then swallows the `--` that should end the options (`--env K=V -- sh -c ...`
+  // failed with "-c not expected").
+  cmd->add_option("--env", opts->env, "Environment variable K=V (repeatable)")->allow_extra_args(false);
   cmd->add_option("--user", opts->user, "Run as `user` (uid 1000) or `root` (user-namespace root)")
       ->capture_default_str();
   cmd->add_option("--cwd", opts->cwd, "Working directory inside (default: the user's home)");

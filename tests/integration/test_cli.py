@@ -1,8 +1,10 @@
 """`cela run` as a command: exit codes, streaming, JSON, bad input."""
 import json
 import os
+import re
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +94,10 @@ def test_help_lists_the_options():
     for opt in ("--template", "--memory", "--cpus", "--pids", "--timeout", "--disk", "--env", "--user", "--cwd",
                 "--json"):
         assert opt in p.stdout
+
+
+def test_env_is_repeatable_and_double_dash_ends_the_options():
+    # CLI11 used to let --env swallow the `--`, so `-c` became an unknown option.
+    p = run(["sh", "-c", "echo $K $L; echo \"$1\"", "sh", "--env"], opts=["--env", "K=V", "--env", "L=W"])
+    assert (p.returncode, p.stdout) == (0, "V W\n--env\n"), p.stderr
+
