@@ -101,3 +101,42 @@ def test_env_is_repeatable_and_double_dash_ends_the_options():
     p = run(["sh", "-c", "echo $K $L; echo \"$1\"", "sh", "--env"], opts=["--env", "K=V", "--env", "L=W"])
     assert (p.returncode, p.stdout) == (0, "V W\n--env\n"), p.stderr
 
+
+def test_timeout_fires_when_the_command_never_reads_a_flood_of_stdin(tmp_path):
+    # `yes | cela run ...`: more input than a pipe holds, and a command that never reads it.
+    flood = tmp_path / "flood"
+    flood.write_bytes(b"y\n" * (4 << 20))
+    start = time.monotonic()
+    with open(flood, "rb") as stdin:
+        p = subprocess.run([CELA, "run", "--template", "host", "--timeout", "1s", "--json", "--", "sleep", "30"],
+                           stdin=stdin, capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - start
+    assert p.returncode == 124, p.stderr
+    assert json.loads(p.stdout)["state"] == "timed_out"
+    assert took < 10, f"the 1 s timeout fired after {took:.1f}s"
+
+
+def test_timeout_fires_when_stdin_never_closes():
+    # `sleep 100 | cela run ...`: stdin stays open and silent.
+    start = time.monotonic()
+    proc = subprocess.Popen([CELA, "run", "--template", "host", "--timeout", "1s", "--", "sleep", "30"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        proc.wait(20)
+        assert proc.returncode == 124, proc.stderr.read()
+        assert time.monotonic() - start < 10
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdin.close()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_large_stdin_reaches_the_command_whole():
+    data = os.urandom(3 << 20)
+    p = subprocess.run([CELA, "run", "--template", "host", "--", "sh", "-c", "sleep 0.5; wc -c"], input=data,
+                       capture_output=True, timeout=60)
+    assert (p.returncode, p.stdout.strip()) == (0, str(len(data)).encode()), p.stderr
+
