@@ -2,7 +2,11 @@
 by the test: unix socket (root, no key) and TCP with CELA_API_KEY."""
 import json
 import os
+import re
+import signal
+import socket
 import subprocess
+import threading
 import time
 
 import pytest
@@ -146,3 +150,81 @@ def test_usage_and_connection_errors(daemon, tmp_path):
     p = cli(daemon, ["session", "ls"], url=f"unix://{tmp_path}/no.sock")
     assert p.returncode == 1
     assert p.stderr.startswith("cela: ") and len(p.stderr.splitlines()) == 1
+
+
+def exec_popen(daemon, sid, *argv, stdin=subprocess.DEVNULL):
+    return subprocess.Popen([CELA, "exec", sid, "--url", f"unix://{daemon.socket}", "--", *argv], stdin=stdin,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def reap(p):
+    """Kills (by pid) a client still running and closes its pipes."""
+    if p.poll() is None:
+        p.kill()
+    p.wait(30)
+    for f in (p.stdin, p.stdout, p.stderr):
+        if f:
+            f.close()
+
+
+def test_exec_forwards_stdin(daemon, session):
+    p = cli(daemon, ["exec", session], "--", "sh", "-c", "cat; echo done", input="a\nb\n")
+    assert (p.returncode, p.stdout) == (0, "a\nb\ndone\n"), p.stderr
+    data = os.urandom(1 << 20)
+    p = subprocess.run([CELA, "exec", session, "--url", f"unix://{daemon.socket}", "--", "wc", "-c"], input=data,
+                       capture_output=True, timeout=60)
+    assert (p.returncode, p.stdout.strip()) == (0, str(len(data)).encode()), p.stderr
+    # Streamed, not read whole first: the command answers a line while stdin is still open.
+    p = exec_popen(daemon, session, "sh", "-c", "read line; echo got $line", stdin=subprocess.PIPE)
+    try:
+        p.stdin.write("hello\n")
+        p.stdin.flush()
+        assert p.stdout.readline() == "got hello\n"
+        p.stdin.close()
+        assert p.wait(30) == 0
+    finally:
+        reap(p)
+
+
+def test_exec_with_stdin_that_never_closes_still_ends(daemon, session):
+    p = exec_popen(daemon, session, "sh", "-c", "echo hi", stdin=subprocess.PIPE)
+    try:
+        assert p.wait(30) == 0
+        assert p.stdout.read() == "hi\n"
+    finally:
+        reap(p)
+
+
+def running_cmdlines(daemon, sid):
+    p = cli(daemon, ["exec", sid], "--", "sh", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
+    return p.stdout
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_exec_stop_signal_kills_the_remote_exec(daemon, session, sig):
+    p = exec_popen(daemon, session, "sh", "-c", "echo started; exec sleep 61")
+    try:
+        assert p.stdout.readline() == "started\n"
+        p.send_signal(sig)
+        assert p.wait(20) == 128 + sig, p.stderr.read()
+        assert wait_until(lambda: "sleep 61" not in running_cmdlines(daemon, session), 10)
+    finally:
+        reap(p)
+
+
+def test_exec_exit_codes_are_run_codes(daemon, session):
+    for argv in (["no-such-command"], ["sh", "-c", "exit 9"], ["sh", "-c", "kill -KILL $$"]):
+        ran = subprocess.run([CELA, "run", "--template", "host", "--", *argv], capture_output=True,
+                             stdin=subprocess.DEVNULL, timeout=60)
+        p = cli(daemon, ["exec", session], "--", *argv)
+        assert p.returncode == ran.returncode, (argv, p.stderr)
+    assert cli(daemon, ["exec", session], "--", "no-such-command").returncode == 127
+
+
+def wait_until(pred, timeout):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return pred()
