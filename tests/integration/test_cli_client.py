@@ -228,3 +228,99 @@ def wait_until(pred, timeout):
             return True
         time.sleep(0.1)
     return pred()
+
+
+class CuttingProxy:
+    """A TCP proxy to the daemon that cuts its first connection mid-event: right after
+    the `id:` line of the second output event, before that event's data. Later
+    connections pass through; their request heads are kept."""
+
+    def __init__(self, port):
+        self.upstream = ("127.0.0.1", port)
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.requests = []
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self):
+        self.server.close()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.server.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(client, self.connections == 1), daemon=True).start()
+
+    def _serve(self, client, cut):
+        up = socket.create_connection(self.upstream, timeout=30)
+        head = b""
+
+        def to_server():
+            nonlocal head
+            try:
+                while data := client.recv(65536):
+                    if b"\r\n\r\n" not in head:
+                        head += data
+                        if b"\r\n\r\n" in head:
+                            self.requests.append(head.split(b"\r\n\r\n")[0].decode())
+                    up.sendall(data)
+            except OSError:
+                pass
+
+        threading.Thread(target=to_server, daemon=True).start()
+        seen = b""
+        try:
+            while data := up.recv(65536):
+                if cut:
+                    start = len(seen)
+                    seen += data
+                    ids = [m.end() for m in re.finditer(rb"\nid: [^\n]*\n", seen)]
+                    if len(ids) >= 2:
+                        client.sendall(seen[start:ids[1]])
+                        break
+                client.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (client, up):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+
+def test_logs_follow_resumes_after_a_cut_without_loss_or_duplicate(daemon, session):
+    p = cli(daemon, ["exec", session], "--detach", "--", "sh", "-c",
+            "echo one; sleep 0.5; echo two; sleep 0.5; echo three >&2; sleep 0.5; echo four")
+    assert p.returncode == 0, p.stderr
+    eid = p.stdout.strip()
+    proxy = CuttingProxy(daemon.port)
+    try:
+        p = cli(daemon, ["logs", session, eid], "-f", url=f"http://127.0.0.1:{proxy.port}",
+                env={"CELA_API_KEY": daemon.key}, timeout=60)
+        assert (p.returncode, p.stdout, p.stderr) == (0, "one\ntwo\nfour\n", "three\n")
+        assert proxy.connections >= 2, "the stream was never cut"
+        resumed = [r for r in proxy.requests[1:] if "last-event-id" in r.lower()]
+        assert resumed, proxy.requests
+    finally:
+        proxy.close()
+
+
+def test_logs_follow_streams_a_running_exec(daemon, session):
+    p = cli(daemon, ["exec", session], "--detach", "--", "sh", "-c", "echo first; sleep 3; echo second")
+    eid = p.stdout.strip()
+    start = time.monotonic()
+    f = subprocess.Popen([CELA, "logs", session, eid, "-f", "--url", f"unix://{daemon.socket}"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert f.stdout.readline() == "first\n"
+        assert time.monotonic() - start < 2.5
+        assert f.poll() is None
+        assert f.wait(30) == 0 and f.stdout.read() == "second\n"
+    finally:
+        reap(f)
