@@ -1,4 +1,5 @@
-// `cela cp`: one file between a session and the local machine.
+// `cela cp`: files and directory trees between a session and the local machine, with
+// the destination rules of `cp -r` and `docker cp` (docs/cli.md states them).
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -227,6 +227,8 @@ Result<Response> Client::request(std::string_view method, std::string_view targe
     beast::flat_buffer buf;
     http::response_parser<http::string_body> parser;
     parser.body_limit(boost::none);
+    // A HEAD answer carries the headers of a GET, Content-Length included, and no body.
+    if (method == "HEAD") parser.skip(true);
     http::read(s, buf, parser, ec);
     if (ec) return fail(ErrorCode::system, "read from " + url_ + ": " + ec.message());
     auto& msg = parser.get();

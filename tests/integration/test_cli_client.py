@@ -324,3 +324,85 @@ def test_logs_follow_streams_a_running_exec(daemon, session):
         assert f.wait(30) == 0 and f.stdout.read() == "second\n"
     finally:
         reap(f)
+
+
+def make_tree(root):
+    (root / "sub").mkdir(parents=True)
+    (root / "a.txt").write_text("alpha\n")
+    (root / "sub" / "b.bin").write_bytes(bytes(range(256)) * 64)
+    (root / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (root / "run.sh").chmod(0o755)
+    (root / "link").symlink_to("a.txt")
+
+
+def remote_listing(daemon, sid, path):
+    p = cli(daemon, ["exec", sid], "--", "sh", "-c",
+            f"cd {path} && find . | sort && stat -c '%a' run.sh && readlink link && cat a.txt")
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+TREE = ".\n./a.txt\n./link\n./run.sh\n./sub\n./sub/b.bin\n755\na.txt\nalpha\n"
+
+
+def test_cp_directory_up_and_down(daemon, session, tmp_path):
+    src = tmp_path / "src"
+    make_tree(src)
+    home = "/home/user"
+    # Upload, DST missing: created with SRC's contents.
+    p = cli(daemon, ["cp"], str(src), f"{session}:{home}/tree")
+    assert p.returncode == 0, p.stderr
+    assert remote_listing(daemon, session, f"{home}/tree") == TREE
+    # DST exists: SRC goes inside it, under its own name (trailing slash on SRC changes nothing).
+    p = cli(daemon, ["cp"], str(src) + "/", f"{session}:{home}/tree")
+    assert p.returncode == 0, p.stderr
+    assert remote_listing(daemon, session, f"{home}/tree/src") == TREE
+    # SRC/. : only the contents, into the existing DST.
+    assert cli(daemon, ["exec", session], "--", "mkdir", f"{home}/flat").returncode == 0
+    p = cli(daemon, ["cp"], f"{src}/.", f"{session}:{home}/flat/")
+    assert p.returncode == 0, p.stderr
+    assert remote_listing(daemon, session, f"{home}/flat") == TREE
+
+    # Download, DST missing.
+    down = tmp_path / "down"
+    p = cli(daemon, ["cp"], f"{session}:{home}/tree", str(down))
+    assert p.returncode == 0, p.stderr
+    assert (down / "a.txt").read_text() == "alpha\n"
+    assert (down / "sub" / "b.bin").read_bytes() == bytes(range(256)) * 64
+    assert os.readlink(down / "link") == "a.txt"
+    assert (down / "run.sh").stat().st_mode & 0o777 == 0o755
+    assert (down / "src" / "sub" / "b.bin").is_file()
+    # DST exists: into DST/NAME.
+    p = cli(daemon, ["cp"], f"{session}:{home}/flat/", str(down))
+    assert p.returncode == 0, p.stderr
+    assert sorted(os.listdir(down / "flat")) == ["a.txt", "link", "run.sh", "sub"]
+    # SRC/. into an existing DST: merged.
+    merged = tmp_path / "merged"
+    merged.mkdir()
+    (merged / "mine").write_text("kept")
+    p = cli(daemon, ["cp"], f"{session}:{home}/flat/.", str(merged))
+    assert p.returncode == 0, p.stderr
+    assert sorted(os.listdir(merged)) == ["a.txt", "link", "mine", "run.sh", "sub"]
+
+
+def test_cp_trailing_slash_rules(daemon, session, tmp_path):
+    home = "/home/user"
+    f = tmp_path / "f.txt"
+    f.write_text("data")
+    assert cli(daemon, ["cp"], str(f), f"{session}:{home}/f.txt").returncode == 0
+    # A file into DST/ needs that directory to exist.
+    p = cli(daemon, ["cp"], f"{session}:{home}/f.txt", str(tmp_path / "nodir") + "/")
+    assert p.returncode == 1 and p.stderr.startswith("cela: ") and not (tmp_path / "nodir").exists()
+    p = cli(daemon, ["cp"], str(f), f"{session}:{home}/nodir/")
+    assert p.returncode == 1 and p.stderr.startswith("cela: ")
+    # A file SRC with a trailing slash is not a directory.
+    p = cli(daemon, ["cp"], f"{session}:{home}/f.txt/", str(tmp_path / "x"))
+    assert p.returncode == 1 and not (tmp_path / "x").exists()
+    # A directory onto a file: refused.
+    d = tmp_path / "d"
+    d.mkdir()
+    (d / "in").write_text("1")
+    p = cli(daemon, ["cp"], str(d), f"{session}:{home}/f.txt")
+    assert p.returncode == 1 and "file" in p.stderr
+    p = cli(daemon, ["cp"], f"{session}:{home}", str(f))
+    assert p.returncode == 1 and f.read_text() == "data"
