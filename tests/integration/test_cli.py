@@ -140,3 +140,34 @@ def test_large_stdin_reaches_the_command_whole():
                        capture_output=True, timeout=60)
     assert (p.returncode, p.stdout.strip()) == (0, str(len(data)).encode()), p.stderr
 
+
+def _subcommands(words):
+    """The subcommand names a `cela WORDS --help` lists."""
+    out = subprocess.run([CELA, *words, "--help"], capture_output=True, text=True).stdout
+    names, listing = [], False
+    for line in out.splitlines():
+        if line.startswith("Subcommands:"):
+            listing = True
+        elif listing and line.startswith("  ") and line.split():
+            names.append(line.split()[0])
+    return names
+
+
+def test_docs_cover_every_subcommand_and_option():
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    top = _subcommands([])
+    assert {"run", "template", "serve", "session", "exec", "logs", "cp"} <= set(top), top
+    commands = []
+    for name in top:
+        subs = _subcommands([name])
+        commands += [[name, s] for s in subs] or [[name]]
+    for words in commands:
+        assert f"cela {' '.join(words)}" in docs, f"docs/cli.md does not show `cela {' '.join(words)}`"
+        out = subprocess.run([CELA, *words, "--help"], capture_output=True, text=True).stdout
+        for opt in set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", out)) - {"--help"}:
+            assert f"`{opt}" in docs, f"docs/cli.md does not describe {opt} of `cela {' '.join(words)}`"
+    heading = {w[0] for w in commands}
+    for name in heading:
+        section = docs.split(f"## `cela {name}", 1)
+        assert len(section) == 2, f"no section for cela {name}"
+        assert "xit code" in section[1].split("\n## ", 1)[0], f"the section of cela {name} gives no exit codes"
