@@ -39,7 +39,9 @@ bool env_object(const std::vector<std::string>& pairs, json::object& out, std::s
   return true;
 }
 
-std::string session_path(const std::string& id) { return "/v1/sessions/" + client::url_encode(id); }
+std::string session_path(const std::string& id) {
+  return "/v1/sessions/" + client::url_encode(id);
+}
 
 void write_all(FILE* f, std::string_view data) {
   std::fwrite(data.data(), 1, data.size(), f);

@@ -20,10 +20,14 @@ enum class Kind { missing, dir, other };
 
 // ---- path rules (pure) ----
 
-bool ends_with_slash(const std::string& p) { return p.size() > 1 && p.back() == '/'; }
+bool ends_with_slash(const std::string& p) {
+  return p.size() > 1 && p.back() == '/';
+}
 
 // "DIR/." (or "."): the directory's contents, not the directory itself.
-bool names_contents(const std::string& p) { return p == "." || p.ends_with("/."); }
+bool names_contents(const std::string& p) {
+  return p == "." || p.ends_with("/.");
+}
 
 // The last component, trailing slashes ignored ("a/b/" → "b").
 std::string last_component(std::string p) {
@@ -43,16 +47,19 @@ std::string join(const std::string& dir, const std::string& name) {
 //   directory SRC: DST missing → DST is created and gets SRC's contents; DST a
 //     directory → SRC is copied into it as DST/<name of SRC> (merged if it exists),
 //     or, when SRC ends in "/.", SRC's contents go straight into DST; DST a file → error.
-Result<std::string> destination(bool src_is_dir, const std::string& src, const std::string& dst, Kind dst_kind) {
+Result<std::string> destination(bool src_is_dir, const std::string& src, const std::string& dst,
+                                Kind dst_kind) {
   if (src_is_dir) {
-    if (dst_kind == Kind::other) return fail(ErrorCode::invalid_argument, "cannot copy a directory onto the file " + dst);
+    if (dst_kind == Kind::other)
+      return fail(ErrorCode::invalid_argument, "cannot copy a directory onto the file " + dst);
     if (dst_kind == Kind::missing || names_contents(src) || last_component(src) == "/") return dst;
     return join(dst, last_component(src));
   }
   if (ends_with_slash(src)) return fail(ErrorCode::invalid_argument, src + " is not a directory");
   if (dst_kind == Kind::dir) return join(dst, last_component(src));
   if (ends_with_slash(dst))
-    return fail(ErrorCode::not_found, dst_kind == Kind::missing ? "no directory " + dst : dst + " is not a directory");
+    return fail(ErrorCode::not_found,
+                dst_kind == Kind::missing ? "no directory " + dst : dst + " is not a directory");
   return dst;
 }
 
@@ -86,7 +93,8 @@ Result<Kind> remote_kind(const Client& c, const std::string& sid, const std::str
 }
 
 Result<void> remote_mkdir(const Client& c, const std::string& sid, const std::string& path) {
-  auto r = c.json("POST", session_path(sid) + "/fs/mkdir", json::object{{"path", path}, {"parents", false}});
+  auto r = c.json("POST", session_path(sid) + "/fs/mkdir",
+                  json::object{{"path", path}, {"parents", false}});
   if (!r) return std::unexpected(r.error());
   return {};
 }
@@ -116,14 +124,17 @@ Result<void> ensure_dir(const std::string& path, KindOf kind_of, MakeDir make_di
   auto kind = kind_of(path);
   if (!kind) return std::unexpected(kind.error());
   if (*kind == Kind::dir) return {};
-  if (*kind == Kind::other) return fail(ErrorCode::invalid_argument, "cannot copy a directory onto the file " + path);
+  if (*kind == Kind::other)
+    return fail(ErrorCode::invalid_argument, "cannot copy a directory onto the file " + path);
   return make_dir(path);
 }
 
-Result<void> download(const Client& c, const std::string& sid, const std::string& src, const std::string& dst) {
+Result<void> download(const Client& c, const std::string& sid, const std::string& src,
+                      const std::string& dst) {
   auto kind = remote_kind(c, sid, src);
   if (!kind) return std::unexpected(kind.error());
-  if (*kind == Kind::missing) return fail(ErrorCode::not_found, "no such file or directory: " + sid + ":" + src);
+  if (*kind == Kind::missing)
+    return fail(ErrorCode::not_found, "no such file or directory: " + sid + ":" + src);
   auto target = destination(*kind == Kind::dir, src, dst, local_kind(dst));
   if (!target) return std::unexpected(target.error());
   if (*kind != Kind::dir) {
@@ -145,7 +156,8 @@ Result<void> download(const Client& c, const std::string& sid, const std::string
   return {};
 }
 
-Result<void> upload(const Client& c, const std::string& src, const std::string& sid, const std::string& dst) {
+Result<void> upload(const Client& c, const std::string& src, const std::string& sid,
+                    const std::string& dst) {
   Kind kind = local_kind(src);
   if (kind == Kind::missing) return sys_fail("stat " + src, ENOENT);
   auto dst_kind = remote_kind(c, sid, dst);
@@ -155,7 +167,8 @@ Result<void> upload(const Client& c, const std::string& src, const std::string& 
   if (kind != Kind::dir) {
     auto data = read_local(src);
     if (!data) return std::unexpected(data.error());
-    auto r = c.request("PUT", files_target(sid, *target), *data, {{"Content-Type", "application/octet-stream"}});
+    auto r = c.request("PUT", files_target(sid, *target), *data,
+                       {{"Content-Type", "application/octet-stream"}});
     if (!r) return std::unexpected(r.error());
     return {};
   }
@@ -165,8 +178,8 @@ Result<void> upload(const Client& c, const std::string& src, const std::string& 
       *target, [&](const std::string& p) { return remote_kind(c, sid, p); },
       [&](const std::string& p) { return remote_mkdir(c, sid, p); });
   if (!made) return made;
-  auto r = c.request("PUT", session_path(sid) + "/archive?path=" + client::url_encode(*target), *tar,
-                     {{"Content-Type", "application/x-tar"}});
+  auto r = c.request("PUT", session_path(sid) + "/archive?path=" + client::url_encode(*target),
+                     *tar, {{"Content-Type", "application/x-tar"}});
   if (!r) return std::unexpected(r.error());
   return {};
 }
@@ -175,15 +188,18 @@ Result<void> upload(const Client& c, const std::string& src, const std::string& 
 // makes it local: "./a:b").
 std::optional<std::pair<std::string, std::string>> remote_of(const std::string& arg) {
   auto colon = arg.find(':');
-  if (colon == std::string::npos || colon == 0 || arg.substr(0, colon).find('/') != std::string::npos)
+  if (colon == std::string::npos || colon == 0 ||
+      arg.substr(0, colon).find('/') != std::string::npos)
     return std::nullopt;
   return std::pair{arg.substr(0, colon), arg.substr(colon + 1)};
 }
 
 int cp(const Conn& conn, const std::string& src, const std::string& dst) {
   auto rs = remote_of(src), rd = remote_of(dst);
-  if (bool(rs) == bool(rd)) return usage("cp needs exactly one side as SESSION:/path and the other a local path");
-  if ((rs && rs->second.empty()) || (rd && rd->second.empty())) return usage("cp needs a path after SESSION:");
+  if (bool(rs) == bool(rd))
+    return usage("cp needs exactly one side as SESSION:/path and the other a local path");
+  if ((rs && rs->second.empty()) || (rd && rd->second.empty()))
+    return usage("cp needs a path after SESSION:");
   auto c = Client::make(conn.url, conn.key);
   if (!c) return report(c.error());
   auto r = rd ? upload(*c, src, rd->first, rd->second) : download(*c, rs->first, rs->second, dst);
@@ -198,14 +214,18 @@ void add_cp_command(CLI::App& app, int& exit_code) {
     std::string src, dst;
   };
   auto o = std::make_shared<CpOpts>();
-  auto* p = app.add_subcommand("cp", "Copy a file or a directory tree: SESSION:/path <-> local path");
+  auto* p =
+      app.add_subcommand("cp", "Copy a file or a directory tree: SESSION:/path <-> local path");
   add_conn(p, o->conn);
   p->add_option("src", o->src, "Source (SESSION:/path or local)")->required();
   p->add_option("dst", o->dst, "Destination (SESSION:/path or local)")->required();
   p->footer(
-      "A directory is copied whole. DST missing: created, with SRC's contents. DST an existing directory: SRC goes "
-      "into it as DST/NAME, or only its contents when SRC ends in /. (as cp -r and docker cp). A file SRC into "
-      "DST ending in / needs that directory to exist. Exit code: 0 done; 1 client or API error; 2 bad usage.");
+      "A directory is copied whole. DST missing: created, with SRC's contents. DST an existing "
+      "directory: SRC goes "
+      "into it as DST/NAME, or only its contents when SRC ends in /. (as cp -r and docker cp). A "
+      "file SRC into "
+      "DST ending in / needs that directory to exist. Exit code: 0 done; 1 client or API error; 2 "
+      "bad usage.");
   p->callback([o, &exit_code] { exit_code = cp(o->conn, o->src, o->dst); });
 }
 

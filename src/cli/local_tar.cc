@@ -41,11 +41,13 @@ la_ssize_t append_to_string(archive*, void* client, const void* buffer, size_t l
 // ---- pack ----
 
 Result<void> write_header(archive* tar, archive_entry* entry, const std::string& rel) {
-  if (archive_write_header(tar, entry) < ARCHIVE_WARN) return fail(ErrorCode::system, "tar " + rel + ": " + archive_message(tar));
+  if (archive_write_header(tar, entry) < ARCHIVE_WARN)
+    return fail(ErrorCode::system, "tar " + rel + ": " + archive_message(tar));
   return {};
 }
 
-void begin_entry(archive_entry* entry, const std::string& rel, const struct stat& st, unsigned type) {
+void begin_entry(archive_entry* entry, const std::string& rel, const struct stat& st,
+                 unsigned type) {
   archive_entry_clear(entry);
   archive_entry_copy_pathname(entry, rel.c_str());
   archive_entry_set_filetype(entry, type);
@@ -57,7 +59,8 @@ void begin_entry(archive_entry* entry, const std::string& rel, const struct stat
   archive_entry_set_size(entry, type == AE_IFREG ? st.st_size : 0);
 }
 
-Result<void> add_file(archive* tar, archive_entry* entry, const fs::path& path, const std::string& rel) {
+Result<void> add_file(archive* tar, archive_entry* entry, const fs::path& path,
+                      const std::string& rel) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
   if (!fd) return sys_fail("open " + path.string());
   struct stat st {};
@@ -79,7 +82,8 @@ Result<void> add_file(archive* tar, archive_entry* entry, const fs::path& path, 
       return fail(ErrorCode::system, "tar " + rel + ": " + archive_message(tar));
     remaining -= static_cast<uint64_t>(n);
   }
-  if (archive_write_finish_entry(tar) < ARCHIVE_WARN) return fail(ErrorCode::system, "tar " + rel + ": " + archive_message(tar));
+  if (archive_write_finish_entry(tar) < ARCHIVE_WARN)
+    return fail(ErrorCode::system, "tar " + rel + ": " + archive_message(tar));
   return {};
 }
 
@@ -98,7 +102,8 @@ struct Source {
 };
 
 std::unexpected<Error> refuse(std::string_view name, std::string_view why) {
-  return fail(ErrorCode::invalid_argument, "tar entry '" + std::string(name) + "': " + std::string(why));
+  return fail(ErrorCode::invalid_argument,
+              "tar entry '" + std::string(name) + "': " + std::string(why));
 }
 
 // One component opened beneath `dir` with no symlink followed (openat2: the kernel
@@ -147,7 +152,8 @@ Result<UniqueFd> parent_of(int base, const std::vector<std::string>& comps, std:
   return dir;
 }
 
-Result<void> extract_file(archive* tar, int dir, const std::string& leaf, mode_t perm, std::string_view name) {
+Result<void> extract_file(archive* tar, int dir, const std::string& leaf, mode_t perm,
+                          std::string_view name) {
   // Unlinked first: an existing symlink is replaced, never written through.
   if (::unlinkat(dir, leaf.c_str(), 0) != 0 && errno != ENOENT && errno != EISDIR)
     return sys_fail("tar entry '" + std::string(name) + "': replace");
@@ -156,7 +162,9 @@ Result<void> extract_file(archive* tar, int dir, const std::string& leaf, mode_t
   char buf[65536];
   for (;;) {
     la_ssize_t n = archive_read_data(tar, buf, sizeof buf);
-    if (n < 0) return fail(ErrorCode::invalid_argument, "tar entry '" + std::string(name) + "': " + archive_message(tar));
+    if (n < 0)
+      return fail(ErrorCode::invalid_argument,
+                  "tar entry '" + std::string(name) + "': " + archive_message(tar));
     if (n == 0) break;
     for (la_ssize_t done = 0; done < n;) {
       ssize_t w = ::write(fd.get(), buf + done, static_cast<size_t>(n - done));
@@ -177,7 +185,8 @@ Result<void> extract(archive* tar, archive_entry* entry, int base) {
   if (!comps) return std::unexpected(comps.error());
   const mode_t type = archive_entry_filetype(entry);
   if (archive_entry_hardlink(entry)) return refuse(name, "hard links are not extracted");
-  if (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK) return refuse(name, "special files are not extracted");
+  if (type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK)
+    return refuse(name, "special files are not extracted");
   if (comps->empty()) {
     if (type == AE_IFDIR) return {};  // "./": the destination itself
     return refuse(name, "names the destination directory");
@@ -190,14 +199,19 @@ Result<void> extract(archive* tar, archive_entry* entry, int base) {
   if (type == AE_IFDIR) {
     if (::mkdirat(dir, leaf.c_str(), perm ? perm : 0755) == 0) return {};
     struct stat st {};
-    if (errno == EEXIST && ::fstatat(dir, leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode)) return {};
-    return errno == EEXIST ? refuse(name, "exists and is not a directory") : sys_fail("tar entry '" + name + "': mkdir");
+    if (errno == EEXIST && ::fstatat(dir, leaf.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISDIR(st.st_mode))
+      return {};
+    return errno == EEXIST ? refuse(name, "exists and is not a directory")
+                           : sys_fail("tar entry '" + name + "': mkdir");
   }
   if (type == AE_IFLNK) {
     const char* target = archive_entry_symlink(entry);
     if (!target || !*target) return refuse(name, "symlink without a target");
-    if (::unlinkat(dir, leaf.c_str(), 0) != 0 && errno != ENOENT) return sys_fail("tar entry '" + name + "': replace");
-    if (::symlinkat(target, dir, leaf.c_str()) != 0) return sys_fail("tar entry '" + name + "': symlink");
+    if (::unlinkat(dir, leaf.c_str(), 0) != 0 && errno != ENOENT)
+      return sys_fail("tar entry '" + name + "': replace");
+    if (::symlinkat(target, dir, leaf.c_str()) != 0)
+      return sys_fail("tar entry '" + name + "': symlink");
     return {};
   }
   if (auto r = extract_file(tar, dir, leaf, perm, name); !r) return r;
@@ -275,7 +289,9 @@ Result<uint64_t> unpack_into(const std::string& dir, std::string_view data) {
     archive_entry* entry = nullptr;
     int rc = archive_read_next_header(tar.get(), &entry);
     if (rc == ARCHIVE_EOF) break;
-    if (rc < ARCHIVE_WARN) return fail(ErrorCode::invalid_argument, "tar from the server: " + archive_message(tar.get()));
+    if (rc < ARCHIVE_WARN)
+      return fail(ErrorCode::invalid_argument,
+                  "tar from the server: " + archive_message(tar.get()));
     if (auto r = extract(tar.get(), entry, base.get()); !r) return std::unexpected(r.error());
     ++count;
   }
