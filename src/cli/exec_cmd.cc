@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "cli/client_common.h"
 #include "common/fd.h"
@@ -69,7 +70,8 @@ Result<json::object> stream_exec(const Client& c, const std::string& sid, const 
     if (last_id != before) attempts = 0;
     if (++attempts > 8) {
       if (!r) return std::unexpected(r.error());
-      return fail(ErrorCode::system, "the output stream of exec " + eid + " ended before the exec did");
+      return fail(ErrorCode::system,
+                  "the output stream of exec " + eid + " ended before the exec did");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100 * attempts));
   }
@@ -81,10 +83,13 @@ jail::RunResult run_result_of(const json::object& rec) {
   using jail::RunState;
   jail::RunResult r;  // state failed unless the record names another
   std::string state = str(rec, "state");
-  for (RunState s : {RunState::exited, RunState::timed_out, RunState::oom_killed, RunState::killed, RunState::failed})
+  for (RunState s : {RunState::exited, RunState::timed_out, RunState::oom_killed, RunState::killed,
+                     RunState::failed})
     if (jail::to_string(s) == state) r.state = s;
-  if (auto* e = rec.if_contains("exit_code"); e && e->is_int64()) r.exit_code = static_cast<int>(e->as_int64());
-  if (auto* s = rec.if_contains("signal"); s && s->is_int64()) r.signal = static_cast<int>(s->as_int64());
+  if (auto* e = rec.if_contains("exit_code"); e && e->is_int64())
+    r.exit_code = static_cast<int>(e->as_int64());
+  if (auto* s = rec.if_contains("signal"); s && s->is_int64())
+    r.signal = static_cast<int>(s->as_int64());
   r.reason = str(rec, "reason");
   return r;
 }
@@ -138,6 +143,52 @@ std::string signal_name(int sig) {
   return abbrev ? std::string("SIG") + abbrev : "SIGTERM";
 }
 
+// Waits until `done_fd` is readable (the output stream reached the exec's end),
+// turning stop signals into kills: the first is forwarded to the exec (SIGKILL after
+// the grace), a second one kills at once. Returns the first stop signal, if any.
+std::optional<int> wait_for_end(const Client& c, const std::string& kill_target, int done_fd,
+                                int signal_fd) {
+  std::optional<int> stopped_by;
+  std::optional<Clock::time_point> give_up;
+  // Each kill is sent from its own thread: a daemon slow to answer must not hold up
+  // the wait, nor the give-up below.
+  std::vector<std::jthread> kills;
+  for (;;) {
+    int wait_ms = -1;
+    if (give_up)
+      wait_ms = static_cast<int>(std::max<int64_t>(
+          0,
+          std::chrono::duration_cast<std::chrono::milliseconds>(*give_up - Clock::now()).count()));
+    pollfd fds[2] = {{done_fd, POLLIN, 0}, {signal_fd, POLLIN, 0}};
+    int n = ::poll(fds, 2, wait_ms);
+    if (n < 0 && errno == EINTR) continue;
+    if (fds[0].revents) return stopped_by;
+    if (fds[1].revents) {
+      signalfd_siginfo si{};
+      if (::read(signal_fd, &si, sizeof si) != sizeof si) continue;
+      json::object kill{
+          {"signal", stopped_by ? "SIGKILL" : signal_name(static_cast<int>(si.ssi_signo))},
+          {"grace_s", kKillGraceS}};
+      if (!stopped_by) stopped_by = static_cast<int>(si.ssi_signo);
+      give_up = Clock::now() + kEndAfterKill;
+      kills.emplace_back([&c, kill_target, kill] {
+        if (auto k = c.json("POST", kill_target, kill); !k)
+          std::fprintf(stderr, "cela: kill: %s\n", k.error().message().c_str());
+      });
+    }
+    if (give_up && Clock::now() >= *give_up) {
+      // The daemon did not report the end: the output thread (and a kill) may be
+      // blocked on their sockets for good, so leave without unwinding them.
+      std::fprintf(stderr, "cela: the exec did not end after it was killed\n");
+      std::fflush(stdout);
+      jail::RunResult r;
+      r.state = jail::RunState::killed;
+      r.signal = *stopped_by;
+      std::_Exit(jail::exit_code_for(r));
+    }
+  }
+}
+
 // ---- exec ----
 
 struct ExecOpts {
@@ -184,42 +235,12 @@ int exec(const ExecOpts& o) {
     output_done.notify();
   });
   std::jthread input;
-  if (with_stdin) input = std::jthread([&] { forward_stdin(*c, exec_path(o.session, eid) + "/stdin", stdin_stop.fd.get()); });
+  if (with_stdin)
+    input = std::jthread(
+        [&] { forward_stdin(*c, exec_path(o.session, eid) + "/stdin", stdin_stop.fd.get()); });
 
-  // Until the exec ends: the first stop signal forwards itself to the exec (SIGKILL
-  // after the grace), a second one kills at once.
-  std::optional<int> stopped_by;
-  std::optional<Clock::time_point> give_up;
-  for (;;) {
-    int wait_ms = -1;
-    if (give_up)
-      wait_ms = static_cast<int>(std::max<int64_t>(
-          0, std::chrono::duration_cast<std::chrono::milliseconds>(*give_up - Clock::now()).count()));
-    pollfd fds[2] = {{output_done.fd.get(), POLLIN, 0}, {signal_fd.get(), POLLIN, 0}};
-    int n = ::poll(fds, 2, wait_ms);
-    if (n < 0 && errno == EINTR) continue;
-    if (fds[0].revents) break;
-    if (fds[1].revents) {
-      signalfd_siginfo si{};
-      if (::read(signal_fd.get(), &si, sizeof si) != sizeof si) continue;
-      json::object kill{{"signal", stopped_by ? "SIGKILL" : signal_name(static_cast<int>(si.ssi_signo))},
-                        {"grace_s", kKillGraceS}};
-      if (!stopped_by) stopped_by = static_cast<int>(si.ssi_signo);
-      give_up = Clock::now() + kEndAfterKill;
-      if (auto k = c->json("POST", exec_path(o.session, eid) + "/kill", kill); !k)
-        std::fprintf(stderr, "cela: kill exec %s: %s\n", eid.c_str(), k.error().message().c_str());
-    }
-    if (n == 0 && give_up && Clock::now() >= *give_up) {
-      // The daemon did not report the end: the output thread may be blocked on its
-      // socket for good, so leave without unwinding it.
-      std::fprintf(stderr, "cela: exec %s did not end after it was killed\n", eid.c_str());
-      std::fflush(stdout);
-      jail::RunResult r;
-      r.state = jail::RunState::killed;
-      r.signal = *stopped_by;
-      std::_Exit(jail::exit_code_for(r));
-    }
-  }
+  std::optional<int> stopped_by =
+      wait_for_end(*c, exec_path(o.session, eid) + "/kill", output_done.fd.get(), signal_fd.get());
   output.join();
   stdin_stop.notify();
   if (input.joinable()) input.join();
@@ -264,19 +285,26 @@ int logs(const Conn& conn, const std::string& sid, const std::string& eid, bool 
 
 void add_exec_commands(CLI::App& app, int& exit_code) {
   auto ex = std::make_shared<ExecOpts>();
-  auto* e = app.add_subcommand("exec", "Run a command in a session, streaming its output; exits with its code");
+  auto* e = app.add_subcommand(
+      "exec", "Run a command in a session, streaming its output; exits with its code");
   add_conn(e, ex->conn);
   e->add_option("session", ex->session, "Session id")->required();
   e->add_option("--cwd", ex->cwd, "Working directory inside");
   e->add_option("--env", ex->env, "Environment variable K=V (repeatable)")->allow_extra_args(false);
-  e->add_option("--user", ex->user, "Run as `user` or `root`")->check(CLI::IsMember({"user", "root"}));
+  e->add_option("--user", ex->user, "Run as `user` or `root`")
+      ->check(CLI::IsMember({"user", "root"}));
   e->add_option("--timeout-s", ex->timeout_s, "Wall-clock timeout in seconds");
-  e->add_flag("--stdin,-i", ex->stdin_always, "Forward stdin even when it is a terminal (a pipe or file always is)");
-  e->add_flag("--detach,-d", ex->detach, "Print the exec id and return at once, stdin not forwarded (see `cela logs`)");
+  e->add_flag("--stdin,-i", ex->stdin_always,
+              "Forward stdin even when it is a terminal (a pipe or file always is)");
+  e->add_flag("--detach,-d", ex->detach,
+              "Print the exec id and return at once, stdin not forwarded (see `cela logs`)");
   e->add_option("command", ex->command, "CMD [ARGS...] after --")->expected(-1)->required();
-  e->footer("Exit code: the command's own; 128+N when killed by signal N (or when cela exec received signal N: "
-            "it then kills the exec); 124 timed out; 121 memory limit (OOM); 125 sandbox failure; 126 cannot "
-            "execute; 127 command not found; 1 client or API error; 2 bad usage.");
+  e->footer(
+      "Exit code: the command's own; 128+N when killed by signal N (or when cela exec received "
+      "signal N: "
+      "it then kills the exec); 124 timed out; 121 memory limit (OOM); 125 sandbox failure; 126 "
+      "cannot "
+      "execute; 127 command not found; 1 client or API error; 2 bad usage.");
   e->callback([ex, &exit_code] { exit_code = exec(*ex); });
 
   struct LogsOpts {
@@ -290,8 +318,11 @@ void add_exec_commands(CLI::App& app, int& exit_code) {
   l->add_option("session", lg->session, "Session id")->required();
   l->add_option("exec", lg->exec, "Exec id")->required();
   l->add_flag("--follow,-f", lg->follow,
-              "Stream the output as it comes until the exec ends (resumes where it was if the connection drops)");
-  l->footer("Exit code: 0 once the output is printed (whatever the exec's own); 1 client or API error; 2 bad usage.");
+              "Stream the output as it comes until the exec ends (resumes where it was if the "
+              "connection drops)");
+  l->footer(
+      "Exit code: 0 once the output is printed (whatever the exec's own); 1 client or API error; 2 "
+      "bad usage.");
   l->callback([lg, &exit_code] { exit_code = logs(lg->conn, lg->session, lg->exec, lg->follow); });
 }
 

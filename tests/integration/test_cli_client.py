@@ -2,6 +2,7 @@
 by the test: unix socket (root, no key) and TCP with CELA_API_KEY."""
 import json
 import os
+import pty
 import re
 import signal
 import socket
@@ -193,6 +194,29 @@ def test_exec_with_stdin_that_never_closes_still_ends(daemon, session):
         assert p.stdout.read() == "hi\n"
     finally:
         reap(p)
+
+
+def test_exec_forwards_a_terminal_only_when_asked(daemon, session):
+    master, slave = pty.openpty()
+    try:
+        # A terminal without --stdin: the command sees an empty, closed stdin at once.
+        p = subprocess.run([CELA, "exec", session, "--url", f"unix://{daemon.socket}", "--", "sh", "-c",
+                            "cat; echo done"], stdin=slave, capture_output=True, text=True, timeout=30)
+        assert (p.returncode, p.stdout) == (0, "done\n"), p.stderr
+        # With --stdin: what is typed reaches it, and ^D closes it.
+        p = subprocess.Popen([CELA, "exec", session, "--url", f"unix://{daemon.socket}", "--stdin", "--", "sh",
+                              "-c", "cat; echo done"], stdin=slave, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            os.write(master, b"typed\n")
+            assert p.stdout.readline() == "typed\n"
+            os.write(master, b"\x04")
+            assert p.wait(30) == 0 and p.stdout.read() == "done\n"
+        finally:
+            reap(p)
+    finally:
+        os.close(master)
+        os.close(slave)
 
 
 def running_cmdlines(daemon, sid):
