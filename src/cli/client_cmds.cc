@@ -1,126 +1,20 @@
+// The client subcommands: `cela session create|ls|get|rm` here; `cela exec`, `cela logs`
+// (exec_cmd.cc) and `cela cp` (cp_cmd.cc) registered with them.
 #include "cli/client_cmds.h"
-
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
-#include <optional>
-#include <sstream>
-#include <thread>
 
-#include "client/client.h"
+#include "cli/client_common.h"
+#include "cli/cp_cmd.h"
+#include "cli/exec_cmd.h"
 
 namespace cela::cli {
 namespace {
 namespace json = boost::json;
 using client::Client;
-
-constexpr int kExitError = 1;
-constexpr int kExitUsage = 2;
-
-struct Conn {
-  std::string url, key;
-};
-
-void add_conn(CLI::App* cmd, Conn& c) {
-  cmd->add_option("--url", c.url, "Daemon URL: unix:///path.sock or http://host:port (default: $CELA_URL, else unix:///run/cela/cela.sock)");
-  cmd->add_option("--api-key", c.key, "API key for TCP (default: $CELA_API_KEY)");
-}
-
-int report(const Error& e) {
-  std::fprintf(stderr, "cela: %s\n", e.message().c_str());
-  return kExitError;
-}
-
-int usage(const std::string& msg) {
-  std::fprintf(stderr, "cela: %s (see --help)\n", msg.c_str());
-  return kExitUsage;
-}
-
-std::string str(const json::object& o, std::string_view key) {
-  auto* v = o.if_contains(key);
-  if (!v || v->is_null()) return "";
-  if (v->is_string()) return std::string(v->as_string());
-  return json::serialize(*v);
-}
-
-// "K=V" pairs into an object; false on a malformed one.
-bool env_object(const std::vector<std::string>& pairs, json::object& out, std::string& bad) {
-  for (auto& p : pairs) {
-    auto eq = p.find('=');
-    if (eq == std::string::npos || eq == 0) {
-      bad = p;
-      return false;
-    }
-    out[p.substr(0, eq)] = p.substr(eq + 1);
-  }
-  return true;
-}
-
-std::string session_path(const std::string& id) { return "/v1/sessions/" + client::url_encode(id); }
-
-void write_all(FILE* f, std::string_view data) {
-  std::fwrite(data.data(), 1, data.size(), f);
-  std::fflush(f);
-}
-
-// Streams an exec's output to our stdout/stderr until its `exit` event, reconnecting
-// with Last-Event-ID when the stream drops. Returns the final exec record.
-Result<json::object> stream_exec(const Client& c, const std::string& sid, const std::string& eid) {
-  std::string target = session_path(sid) + "/execs/" + client::url_encode(eid) + "/output?follow=1";
-  std::string last_id;
-  std::optional<json::object> record;
-  std::optional<Error> bad;
-  int attempts = 0;
-  for (;;) {
-    std::string before = last_id;
-    auto r = c.follow(target, last_id, [&](const client::SseEvent& ev) {
-      if (ev.event == "stdout" || ev.event == "stderr") {
-        auto bytes = client::base64_decode(ev.data);
-        if (!bytes) {
-          bad = bytes.error();
-          return false;
-        }
-        write_all(ev.event == "stdout" ? stdout : stderr, *bytes);
-      } else if (ev.event == "exit") {
-        boost::system::error_code ec;
-        json::value v = json::parse(ev.data, ec);
-        if (ec || !v.is_object()) {
-          bad = Error{ErrorCode::internal, 0, "bad exit event from the server"};
-          return false;
-        }
-        record = std::move(v.as_object());
-        return false;
-      }
-      return true;
-    });
-    if (record) return std::move(*record);
-    if (bad) return std::unexpected(*bad);
-    // An answer from the server (exec or session unknown, session gone): final.
-    if (!r && r.error().code != ErrorCode::system) return std::unexpected(r.error());
-    if (last_id != before) attempts = 0;
-    if (++attempts > 8) {
-      if (!r) return std::unexpected(r.error());
-      return fail(ErrorCode::system, "the output stream of exec " + eid + " ended before the exec did");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100 * attempts));
-  }
-}
-
-// The CLI exit code for a finished exec record (as `cela run`).
-int exit_code_of(const json::object& rec) {
-  std::string state = str(rec, "state");
-  if (state == "timed_out") return 124;
-  if (state == "oom_killed") return 121;
-  if (state == "failed") return 125;
-  if (auto* s = rec.if_contains("signal"); s && s->is_int64()) return 128 + static_cast<int>(s->as_int64());
-  if (auto* e = rec.if_contains("exit_code"); e && e->is_int64()) return static_cast<int>(e->as_int64());
-  return 125;
-}
 
 // ---- session ----
 
@@ -203,109 +97,6 @@ int session_rm(const Conn& conn, const std::string& id) {
   return 0;
 }
 
-// ---- exec, logs ----
-
-struct ExecOpts {
-  Conn conn;
-  std::string session, cwd, user;
-  std::vector<std::string> env, command;
-  int64_t timeout_s = 0;
-  bool detach = false;
-};
-
-int exec(const ExecOpts& o) {
-  if (o.command.empty()) return usage("exec needs a command after --");
-  json::object body, env;
-  json::array argv;
-  for (auto& a : o.command) argv.emplace_back(a);
-  body["argv"] = argv;
-  if (!o.cwd.empty()) body["cwd"] = o.cwd;
-  if (!o.user.empty()) body["user"] = o.user;
-  if (o.timeout_s > 0) body["timeout_s"] = o.timeout_s;
-  std::string bad;
-  if (!env_object(o.env, env, bad)) return usage("bad --env '" + bad + "' (want K=V)");
-  if (!env.empty()) body["env"] = env;
-  auto c = Client::make(o.conn.url, o.conn.key);
-  if (!c) return report(c.error());
-  auto started = c->json("POST", session_path(o.session) + "/execs", body);
-  if (!started) return report(started.error());
-  if (o.detach) {
-    std::printf("%s\n", str(*started, "id").c_str());
-    return 0;
-  }
-  auto rec = stream_exec(*c, o.session, str(*started, "id"));
-  if (!rec) return report(rec.error());
-  std::string state = str(*rec, "state");
-  if (state != "exited") {
-    std::string reason = str(*rec, "reason");
-    std::fprintf(stderr, "cela: exec %s%s\n", state.c_str(), reason.empty() ? "" : (": " + reason).c_str());
-  }
-  return exit_code_of(*rec);
-}
-
-int logs(const Conn& conn, const std::string& sid, const std::string& eid, bool follow) {
-  auto c = Client::make(conn.url, conn.key);
-  if (!c) return report(c.error());
-  if (follow) {
-    auto rec = stream_exec(*c, sid, eid);
-    return rec ? 0 : report(rec.error());
-  }
-  auto out = c->json("GET", session_path(sid) + "/execs/" + client::url_encode(eid) + "/output");
-  if (!out) return report(out.error());
-  bool b64 = str(*out, "encoding") == "base64";
-  for (auto [name, f] : {std::pair{"stdout", stdout}, std::pair{"stderr", stderr}}) {
-    std::string data = str(*out, name);
-    if (b64) {
-      auto d = client::base64_decode(data);
-      if (!d) return report(d.error());
-      data = std::move(*d);
-    }
-    write_all(f, data);
-  }
-  return 0;
-}
-
-// ---- cp ----
-
-// "SESSION:/path" → {session, path}; a local path otherwise.
-std::optional<std::pair<std::string, std::string>> remote_of(const std::string& arg) {
-  auto colon = arg.find(':');
-  if (colon == std::string::npos || colon == 0 || arg.substr(0, colon).find('/') != std::string::npos)
-    return std::nullopt;
-  return std::pair{arg.substr(0, colon), arg.substr(colon + 1)};
-}
-
-int cp(const Conn& conn, const std::string& src, const std::string& dst) {
-  auto rs = remote_of(src), rd = remote_of(dst);
-  if (bool(rs) == bool(rd)) return usage("cp needs exactly one side as SESSION:/path and the other a local path");
-  auto c = Client::make(conn.url, conn.key);
-  if (!c) return report(c.error());
-  if (rd) {  // upload
-    std::ifstream in(src, std::ios::binary);
-    if (!in) return report(Error{ErrorCode::not_found, errno, "open " + src});
-    std::ostringstream data;
-    data << in.rdbuf();
-    auto r = c->request("PUT", session_path(rd->first) + "/files?path=" + client::url_encode(rd->second), data.str(),
-                        {{"Content-Type", "application/octet-stream"}});
-    if (!r) return report(r.error());
-    return 0;
-  }
-  auto r = c->request("GET", session_path(rs->first) + "/files?path=" + client::url_encode(rs->second));
-  if (!r) return report(r.error());
-  std::string target = dst;
-  struct stat st {};
-  if (::stat(dst.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
-    auto slash = rs->second.rfind('/');
-    target += "/" + (slash == std::string::npos ? rs->second : rs->second.substr(slash + 1));
-  }
-  std::ofstream out(target, std::ios::binary | std::ios::trunc);
-  if (!out) return report(Error{ErrorCode::system, errno, "open " + target});
-  out.write(r->body.data(), static_cast<std::streamsize>(r->body.size()));
-  out.close();
-  if (!out) return report(Error{ErrorCode::system, errno, "write " + target});
-  return 0;
-}
-
 }  // namespace
 
 void add_client_commands(CLI::App& app, int& exit_code) {
@@ -346,34 +137,8 @@ void add_client_commands(CLI::App& app, int& exit_code) {
   r->add_option("id", rm->a, "Session id")->required();
   r->callback([rm, &exit_code] { exit_code = session_rm(rm->conn, rm->a); });
 
-  auto ex = std::make_shared<ExecOpts>();
-  auto* e = app.add_subcommand("exec", "Run a command in a session, streaming its output; exits with its code");
-  add_conn(e, ex->conn);
-  e->add_option("session", ex->session, "Session id")->required();
-  e->add_option("--cwd", ex->cwd, "Working directory inside");
-  e->add_option("--env", ex->env, "Environment variable K=V (repeatable)")->allow_extra_args(false);
-  e->add_option("--user", ex->user, "Run as `user` or `root`")->check(CLI::IsMember({"user", "root"}));
-  e->add_option("--timeout-s", ex->timeout_s, "Wall-clock timeout in seconds");
-  e->add_flag("--detach,-d", ex->detach, "Print the exec id and return at once (see `cela logs`)");
-  e->add_option("command", ex->command, "CMD [ARGS...] after --")->expected(-1)->required();
-  e->footer("Exit code: the command's own; 128+N when killed by signal N; 124 timed out; 121 memory limit (OOM); "
-            "125 sandbox failure; 1 client or API error; 2 bad usage.");
-  e->callback([ex, &exit_code] { exit_code = exec(*ex); });
-
-  auto lg = std::make_shared<Simple>();
-  auto* g2 = app.add_subcommand("logs", "Print an exec's captured output (or follow it)");
-  add_conn(g2, lg->conn);
-  g2->add_option("session", lg->a, "Session id")->required();
-  g2->add_option("exec", lg->b, "Exec id")->required();
-  g2->add_flag("--follow,-f", lg->flag, "Stream the output until the exec ends");
-  g2->callback([lg, &exit_code] { exit_code = logs(lg->conn, lg->a, lg->b, lg->flag); });
-
-  auto cpo = std::make_shared<Simple>();
-  auto* p = app.add_subcommand("cp", "Copy one file: SESSION:/path <-> local path");
-  add_conn(p, cpo->conn);
-  p->add_option("src", cpo->a, "Source (SESSION:/path or local)")->required();
-  p->add_option("dst", cpo->b, "Destination (SESSION:/path or local)")->required();
-  p->callback([cpo, &exit_code] { exit_code = cp(cpo->conn, cpo->a, cpo->b); });
+  add_exec_commands(app, exit_code);
+  add_cp_command(app, exit_code);
 }
 
 }  // namespace cela::cli

@@ -115,6 +115,65 @@ void write_all(int fd, const char* data, size_t size) {
   }
 }
 
+// Our stdin on its way to the command's, never blocking the supervise loop: a command
+// that does not read its stdin must not hold up its output, the timeout or a stop
+// signal. At most kMaxPending bytes wait for the command; past that our stdin is not
+// read until it has taken some.
+class StdinForward {
+ public:
+  static constexpr size_t kMaxPending = 1 << 20;
+
+  // Takes the host end of the command's stdin pipe; makes it non-blocking (our own fd 0
+  // is left as it is: its file description may be shared with the caller's shell).
+  explicit StdinForward(UniqueFd to) : to_(std::move(to)) {
+    if (to_) ::fcntl(to_.get(), F_SETFL, ::fcntl(to_.get(), F_GETFL) | O_NONBLOCK);
+  }
+
+  // The fd to poll for reading (our stdin) or -1, and the one to poll for writing.
+  int read_fd() const { return to_ && !eof_ && pending_.size() < kMaxPending ? 0 : -1; }
+  int write_fd() const { return to_ && !pending_.empty() ? to_.get() : -1; }
+
+  void on_readable() {
+    char buf[65536];
+    ssize_t n = ::read(0, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+    if (n <= 0) {
+      eof_ = true;
+      if (pending_.empty()) to_.reset();  // EOF reaches the command once it has the rest
+      return;
+    }
+    pending_.append(buf, static_cast<size_t>(n));
+    on_writable();  // usually the pipe has room: no extra poll round
+  }
+
+  void on_writable() {
+    while (!pending_.empty()) {
+      ssize_t n = ::write(to_.get(), pending_.data(), pending_.size());
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN) return;
+        // EPIPE: the command closed its stdin. Nothing more will be forwarded.
+        pending_.clear();
+        to_.reset();
+        return;
+      }
+      pending_.erase(0, static_cast<size_t>(n));
+    }
+    if (eof_) to_.reset();
+  }
+
+  // The sandbox is gone: stop forwarding.
+  void close() {
+    pending_.clear();
+    to_.reset();
+  }
+
+ private:
+  UniqueFd to_;
+  std::string pending_;
+  bool eof_ = false;
+};
+
 // Copies from `from` to `to`; returns false at EOF or error.
 bool pump(int from, int to) {
   char buf[65536];
@@ -146,29 +205,29 @@ void supervise(Sandbox& sb, StartedExec& ex, const Plan& plan, int out_fd, int e
   its.it_value.tv_nsec = static_cast<long>((plan.timeout_ms % 1000) * 1'000'000);
   ::timerfd_settime(timer.get(), 0, &its, nullptr);
 
-  bool stdin_open = true;
+  StdinForward input(std::move(ex.stdin_w));
   bool ended = false;  // main process gone or sandbox killed
   int out_r = ex.stdout_r.get(), err_r = ex.stderr_r.get();
   while (out_r >= 0 || err_r >= 0 || !ended) {
-    pollfd fds[7] = {{out_r, POLLIN, 0},
+    pollfd fds[8] = {{out_r, POLLIN, 0},
                      {err_r, POLLIN, 0},
-                     {stdin_open && !ended ? 0 : -1, POLLIN, 0},
+                     {ended ? -1 : input.read_fd(), POLLIN, 0},
                      {ended ? -1 : sb.control_fd(), POLLIN, 0},
                      {ended ? -1 : signal_fd, POLLIN, 0},
                      {ended ? -1 : timer.get(), POLLIN, 0},
-                     {ended ? -1 : sb.pidfd(), POLLIN, 0}};
-    if (::poll(fds, 7, -1) < 0) {
+                     {ended ? -1 : sb.pidfd(), POLLIN, 0},
+                     {ended ? -1 : input.write_fd(), POLLOUT, 0}};
+    if (::poll(fds, 8, -1) < 0) {
       if (errno == EINTR) continue;
       break;
     }
     if (fds[0].revents && !pump(out_r, out_fd)) out_r = -1;
     if (fds[1].revents && !pump(err_r, err_fd)) err_r = -1;
-    if (fds[2].revents && !pump(0, ex.stdin_w.get())) {
-      stdin_open = false;
-      ex.stdin_w.reset();
-    }
+    if (fds[2].revents) input.on_readable();
+    if (fds[7].revents) input.on_writable();
     auto stop = [&] {
       ended = true;
+      input.close();
       sb.kill();  // the rest of the tree dies with init; pipes reach EOF
     };
     if (fds[3].revents) {
@@ -326,7 +385,10 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--pids", opts->pids, "Maximum number of processes")->capture_default_str();
   cmd->add_option("--timeout", opts->timeout, "Wall-clock timeout (e.g. 30s, 5m)")->capture_default_str();
   cmd->add_option("--disk", opts->disk, "Size of the writable layer; also the largest file")->capture_default_str();
-  cmd->add_option("--env", opts->env, "Environment variable K=V (repeatable)");
+  // One value per --env: a vector option otherwise keeps taking words, and CLI11 2.1
+  // then swallows the `--` that should end the options (`--env K=V -- sh -c ...`
+  // failed with "-c not expected").
+  cmd->add_option("--env", opts->env, "Environment variable K=V (repeatable)")->allow_extra_args(false);
   cmd->add_option("--user", opts->user, "Run as `user` (uid 1000) or `root` (user-namespace root)")
       ->capture_default_str();
   cmd->add_option("--cwd", opts->cwd, "Working directory inside (default: the user's home)");

@@ -128,6 +128,9 @@ bool SseParser::feed(std::string_view bytes, const std::function<bool(const SseE
 
 bool SseParser::line(std::string_view l, const std::function<bool(const SseEvent&)>& on_event) {
   if (l.empty()) {  // dispatch
+    // Only now is the id the stream's: a stream cut between an event's `id:` line and
+    // its end must resume before that event, not after it (no chunk lost).
+    last_id_ = id_buffer_;
     if (!has_data_ && event_.empty()) return true;
     SseEvent ev;
     if (!event_.empty()) ev.event = std::move(event_);
@@ -152,7 +155,7 @@ bool SseParser::line(std::string_view l, const std::function<bool(const SseEvent
     data_ += value;
     has_data_ = true;
   } else if (field == "id") {
-    last_id_ = value;
+    id_buffer_ = value;
   }
   return true;
 }
@@ -224,6 +227,8 @@ Result<Response> Client::request(std::string_view method, std::string_view targe
     beast::flat_buffer buf;
     http::response_parser<http::string_body> parser;
     parser.body_limit(boost::none);
+    // A HEAD answer carries the headers of a GET, Content-Length included, and no body.
+    if (method == "HEAD") parser.skip(true);
     http::read(s, buf, parser, ec);
     if (ec) return fail(ErrorCode::system, "read from " + url_ + ": " + ec.message());
     auto& msg = parser.get();

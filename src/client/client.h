@@ -74,12 +74,14 @@ class SseParser {
  public:
   // Returns false when a callback asked to stop.
   bool feed(std::string_view bytes, const std::function<bool(const SseEvent&)>& on_event);
+  // The id of the last complete event (what to resume from), not of one still being
+  // received.
   const std::string& last_id() const { return last_id_; }
-  void set_last_id(std::string id) { last_id_ = std::move(id); }
+  void set_last_id(std::string id) { last_id_ = id_buffer_ = std::move(id); }
 
  private:
   bool line(std::string_view l, const std::function<bool(const SseEvent&)>& on_event);
-  std::string pending_, event_, data_, last_id_;
+  std::string pending_, event_, data_, last_id_, id_buffer_;
   bool has_data_ = false;
 };
 

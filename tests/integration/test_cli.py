@@ -1,8 +1,10 @@
 """`cela run` as a command: exit codes, streaming, JSON, bad input."""
 import json
 import os
+import re
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +94,80 @@ def test_help_lists_the_options():
     for opt in ("--template", "--memory", "--cpus", "--pids", "--timeout", "--disk", "--env", "--user", "--cwd",
                 "--json"):
         assert opt in p.stdout
+
+
+def test_env_is_repeatable_and_double_dash_ends_the_options():
+    # CLI11 used to let --env swallow the `--`, so `-c` became an unknown option.
+    p = run(["sh", "-c", "echo $K $L; echo \"$1\"", "sh", "--env"], opts=["--env", "K=V", "--env", "L=W"])
+    assert (p.returncode, p.stdout) == (0, "V W\n--env\n"), p.stderr
+
+
+def test_timeout_fires_when_the_command_never_reads_a_flood_of_stdin(tmp_path):
+    # `yes | cela run ...`: more input than a pipe holds, and a command that never reads it.
+    flood = tmp_path / "flood"
+    flood.write_bytes(b"y\n" * (4 << 20))
+    start = time.monotonic()
+    with open(flood, "rb") as stdin:
+        p = subprocess.run([CELA, "run", "--template", "host", "--timeout", "1s", "--json", "--", "sleep", "30"],
+                           stdin=stdin, capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - start
+    assert p.returncode == 124, p.stderr
+    assert json.loads(p.stdout)["state"] == "timed_out"
+    assert took < 10, f"the 1 s timeout fired after {took:.1f}s"
+
+
+def test_timeout_fires_when_stdin_never_closes():
+    # `sleep 100 | cela run ...`: stdin stays open and silent.
+    start = time.monotonic()
+    proc = subprocess.Popen([CELA, "run", "--template", "host", "--timeout", "1s", "--", "sleep", "30"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        proc.wait(20)
+        assert proc.returncode == 124, proc.stderr.read()
+        assert time.monotonic() - start < 10
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdin.close()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_large_stdin_reaches_the_command_whole():
+    data = os.urandom(3 << 20)
+    p = subprocess.run([CELA, "run", "--template", "host", "--", "sh", "-c", "sleep 0.5; wc -c"], input=data,
+                       capture_output=True, timeout=60)
+    assert (p.returncode, p.stdout.strip()) == (0, str(len(data)).encode()), p.stderr
+
+
+def _subcommands(words):
+    """The subcommand names a `cela WORDS --help` lists."""
+    out = subprocess.run([CELA, *words, "--help"], capture_output=True, text=True).stdout
+    names, listing = [], False
+    for line in out.splitlines():
+        if line.startswith("Subcommands:"):
+            listing = True
+        elif listing and line.startswith("  ") and line.split():
+            names.append(line.split()[0])
+    return names
+
+
+def test_docs_cover_every_subcommand_and_option():
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    top = _subcommands([])
+    assert {"run", "template", "serve", "session", "exec", "logs", "cp"} <= set(top), top
+    commands = []
+    for name in top:
+        subs = _subcommands([name])
+        commands += [[name, s] for s in subs] or [[name]]
+    for words in commands:
+        assert f"cela {' '.join(words)}" in docs, f"docs/cli.md does not show `cela {' '.join(words)}`"
+        out = subprocess.run([CELA, *words, "--help"], capture_output=True, text=True).stdout
+        for opt in set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", out)) - {"--help"}:
+            assert f"`{opt}" in docs, f"docs/cli.md does not describe {opt} of `cela {' '.join(words)}`"
+    heading = {w[0] for w in commands}
+    for name in heading:
+        section = docs.split(f"## `cela {name}", 1)
+        assert len(section) == 2, f"no section for cela {name}"
+        assert "xit code" in section[1].split("\n## ", 1)[0], f"the section of cela {name} gives no exit codes"
