@@ -8,6 +8,7 @@
 
 #include "api/json_body.h"
 #include "api/responder.h"
+#include "api/route_docs.h"
 #include "api/routes.h"
 
 namespace cela::api {
@@ -91,7 +92,7 @@ void add_session_routes(RouteContext& ctx) {
   Router& r = ctx.server.router();
   auto& mgr = ctx.sessions;
 
-  r.add(verb::post, "/v1/sessions", [&](Request& req, Responder& res) {
+  r.add(verb::post, "/v1/sessions", docs::create_session, [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());
     int64_t wait_s = 0;
@@ -105,7 +106,7 @@ void add_session_routes(RouteContext& ctx) {
     });
   });
 
-  r.add(verb::get, "/v1/sessions", [&](Request& req, Responder& res) {
+  r.add(verb::get, "/v1/sessions", docs::list_sessions, [&](Request& req, Responder& res) {
     store::SessionFilter filter;
     if (auto s = req.query_value("state")) filter.state = std::string(*s);
     for (auto& [k, v] : req.query)
@@ -122,13 +123,13 @@ void add_session_routes(RouteContext& ctx) {
     });
   });
 
-  r.add(verb::get, "/v1/sessions/{id}", [&](Request& req, Responder& res) {
+  r.add(verb::get, "/v1/sessions/{id}", docs::get_session, [&](Request& req, Responder& res) {
     answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), id = std::string(req.param("id"))] {
       return lift(mgr.get(caller, id), id);
     });
   });
 
-  r.add(verb::patch, "/v1/sessions/{id}", [&](Request& req, Responder& res) {
+  r.add(verb::patch, "/v1/sessions/{id}", docs::patch_session, [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());
     answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), id = std::string(req.param("id")), b = *body] {
@@ -136,13 +137,13 @@ void add_session_routes(RouteContext& ctx) {
     });
   });
 
-  r.add(verb::delete_, "/v1/sessions/{id}", [&](Request& req, Responder& res) {
+  r.add(verb::delete_, "/v1/sessions/{id}", docs::delete_session, [&](Request& req, Responder& res) {
     answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), id = std::string(req.param("id"))] {
       return lift(mgr.remove(caller, id), id);
     });
   });
 
-  r.add(verb::post, "/v1/sessions/{id}/execs", [&](Request& req, Responder& res) {
+  r.add(verb::post, "/v1/sessions/{id}/execs", docs::start_exec, [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());
     answer_blocking(ctx, res, 202, [&mgr, caller = caller_of(req), id = std::string(req.param("id")), b = *body] {
@@ -150,7 +151,7 @@ void add_session_routes(RouteContext& ctx) {
     });
   });
 
-  r.add(verb::post, "/v1/sessions/{id}/run", [&](Request& req, Responder& res) {
+  r.add(verb::post, "/v1/sessions/{id}/run", docs::run_exec, [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());
     answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), id = std::string(req.param("id")), b = *body] {
@@ -169,14 +170,14 @@ void add_session_routes(RouteContext& ctx) {
     });
   });
 
-  r.add(verb::get, "/v1/sessions/{id}/execs/{eid}", [&](Request& req, Responder& res) {
+  r.add(verb::get, "/v1/sessions/{id}/execs/{eid}", docs::get_exec, [&](Request& req, Responder& res) {
     answer_blocking(ctx, res, 200,
                     [&mgr, caller = caller_of(req), id = std::string(req.param("id")), eid = std::string(req.param("eid"))] {
                       return lift(mgr.get_exec(caller, id, eid), id, eid);
                     });
   });
 
-  r.add(verb::get, "/v1/sessions/{id}/execs/{eid}/output", [&](Request& req, Responder& res) {
+  r.add(verb::get, "/v1/sessions/{id}/execs/{eid}/output", docs::exec_output, [&](Request& req, Responder& res) {
     auto follow = req.query_flag("follow");
     if (!follow) return res.error(follow.error());
     std::string id(req.param("id")), eid(req.param("eid"));
@@ -207,7 +208,7 @@ void add_session_routes(RouteContext& ctx) {
     });
   });
 
-  r.add(verb::post, "/v1/sessions/{id}/execs/{eid}/stdin",
+  r.add(verb::post, "/v1/sessions/{id}/execs/{eid}/stdin", docs::write_stdin,
         [&](Request& req, Responder& res) {
           auto close = req.query_flag("close");
           if (!close) return res.error(close.error());
@@ -221,7 +222,7 @@ void add_session_routes(RouteContext& ctx) {
         },
         upload_options(ctx));
 
-  r.add(verb::post, "/v1/sessions/{id}/execs/{eid}/kill", [&](Request& req, Responder& res) {
+  r.add(verb::post, "/v1/sessions/{id}/execs/{eid}/kill", docs::kill_exec, [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());
     JsonFields f(*body);
