@@ -42,8 +42,10 @@ base-template: build
 test: build base-template openapi-deps
 	cd $(BUILD_DIR) && ctest --output-on-failure -j 1
 
-unit: build
-	cd $(BUILD_DIR) && ctest --output-on-failure -R '^cela\.|Test\.'
+# Every test labelled `unit`: the GoogleTest cases, the OpenAPI validation and the
+# layering check (tests/CMakeLists.txt).
+unit: build openapi-deps
+	cd $(BUILD_DIR) && ctest --output-on-failure -L unit
 
 serve: build base-template
 	$(BUILD_DIR)/cela serve
