@@ -14,28 +14,35 @@ namespace json = boost::json;
 
 namespace {
 
-// Every code of http_error.h, by its factory: the status comes from there, not from
-// a second table.
-std::optional<ApiError> error_of(std::string_view code) {
-  static const std::vector<ApiError> all = {
-      ApiError::invalid_request(""),
-      ApiError::unauthorized(),
-      ApiError::forbidden(""),
-      ApiError::policy_denied(""),
-      ApiError::not_found(""),
-      ApiError::method_not_allowed(""),
-      ApiError::request_timeout(""),
-      ApiError::conflict(""),
-      ApiError::gone(""),
-      ApiError::payload_too_large(""),
-      ApiError::unsupported_media_type(""),
-      ApiError::quota_exceeded(""),
-      ApiError::rate_limited("", 1),
-      ApiError::internal(),
-      ApiError::capacity_exceeded(""),
+// Every code of http_error.h, by its factory (the status comes from there, not from a
+// second table), with when it is answered (API.md "Errors").
+struct DocumentedError {
+  ApiError error;
+  const char* when;
+};
+
+std::optional<DocumentedError> error_of(std::string_view code) {
+  static const std::vector<DocumentedError> all = {
+      {ApiError::invalid_request(""),
+       "malformed JSON, unknown field, wrong type, bad value or query"},
+      {ApiError::unauthorized(), "missing or unknown key (TCP)"},
+      {ApiError::forbidden(""), "not allowed for this key (admin routes, sandbox permissions)"},
+      {ApiError::policy_denied(""), "a feature refused by policy"},
+      {ApiError::not_found(""), "unknown id (or another tenant's), or no such path"},
+      {ApiError::method_not_allowed(""), "known path, other method"},
+      {ApiError::request_timeout(""), "the body did not arrive in time"},
+      {ApiError::conflict(""),
+       "wrong state (e.g. output of a running exec, stdin of an ended one)"},
+      {ApiError::gone(""), "the session has ended; its reason is in the message"},
+      {ApiError::payload_too_large(""), "body, file or archive over its limit"},
+      {ApiError::unsupported_media_type(""), "a body of a type the route does not take"},
+      {ApiError::quota_exceeded(""), "tenant quota: live sessions, total memory, cpus per session"},
+      {ApiError::rate_limited("", 1), "too many requests; Retry-After"},
+      {ApiError::internal(), "a bug; the request id is in the daemon's log"},
+      {ApiError::capacity_exceeded(""), "host-wide session or connection limit; Retry-After"},
   };
-  for (const ApiError& e : all)
-    if (e.code == code) return e;
+  for (const DocumentedError& e : all)
+    if (e.error.code == code) return e;
   return std::nullopt;
 }
 
@@ -95,14 +102,14 @@ json::object success_response(const ResponseDoc& r) {
   return o;
 }
 
-json::object error_response(const std::vector<ApiError>& errors) {
+json::object error_response(const std::vector<DocumentedError>& errors) {
   std::string description;
   bool retry_after = false, www_authenticate = false;
-  for (const ApiError& e : errors) {
-    if (!description.empty()) description += ", ";
-    description += e.code;
-    retry_after = retry_after || e.retry_after_s.has_value();
-    www_authenticate = www_authenticate || e.status == 401;
+  for (const DocumentedError& e : errors) {
+    if (!description.empty()) description += "; ";
+    description += e.error.code + ": " + e.when;
+    retry_after = retry_after || e.error.retry_after_s.has_value();
+    www_authenticate = www_authenticate || e.error.status == 401;
   }
   json::object o{{"description", description},
                  {"content", json::object{{"application/json",
@@ -119,9 +126,9 @@ json::object responses(const Route& route) {
   json::object out;
   for (const ResponseDoc& r : route.doc.responses)
     out[std::to_string(r.status)] = success_response(r);
-  std::map<int, std::vector<ApiError>> by_status;
+  std::map<int, std::vector<DocumentedError>> by_status;
   for (const std::string& code : documented_error_codes(route)) {
-    if (auto e = error_of(code)) by_status[e->status].push_back(*e);
+    if (auto e = error_of(code)) by_status[e->error.status].push_back(*e);
   }
   for (const auto& [status, errors] : by_status)
     out[std::to_string(status)] = error_response(errors);
