@@ -9,17 +9,27 @@ JOBS ?= $(shell nproc)
 DEB_PACKAGES := build-essential cmake pkg-config \
   libboost1.81-dev libboost-json1.81-dev libseccomp-dev libcap-dev libssl-dev \
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libsqlite3-dev libarchive-dev \
-  python3 python3-pytest debootstrap bubblewrap ca-certificates
+  python3 python3-pytest debootstrap bubblewrap ca-certificates nodejs
 
-.PHONY: deps build test unit serve bench base-template format clean
+.PHONY: deps openapi-deps build test unit serve bench base-template format clean
 
+# npm: Debian's package unless an npm is already there (a nodejs package that bundles
+# its own npm conflicts with Debian's).
 deps:
 	@missing=$$(for p in $(DEB_PACKAGES); do \
 	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed' || echo $$p; done); \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing: $$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	else echo "deps: all Debian packages present"; fi
+
+# The OpenAPI validator of the tests (tests/openapi), exactly as the committed lockfile
+# pins it; reinstalled only when the lockfile changes.
+OPENAPI_DIR := tests/openapi
+$(OPENAPI_DIR)/node_modules/.package-lock.json: $(OPENAPI_DIR)/package-lock.json $(OPENAPI_DIR)/package.json | deps
+	npm ci --prefix $(OPENAPI_DIR) --no-audit --no-fund
+openapi-deps: deps $(OPENAPI_DIR)/node_modules/.package-lock.json
 
 build: deps
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) >/dev/null
@@ -29,11 +39,13 @@ build: deps
 base-template: build
 	$(BUILD_DIR)/cela template build base
 
-test: build base-template
+test: build base-template openapi-deps
 	cd $(BUILD_DIR) && ctest --output-on-failure -j 1
 
-unit: build
-	cd $(BUILD_DIR) && ctest --output-on-failure -R '^cela\.|Test\.'
+# Every test labelled `unit`: the GoogleTest cases, the OpenAPI validation and the
+# layering check (tests/CMakeLists.txt).
+unit: build openapi-deps
+	cd $(BUILD_DIR) && ctest --output-on-failure -L unit
 
 serve: build base-template
 	$(BUILD_DIR)/cela serve

@@ -1,22 +1,34 @@
-// The OpenAPI 3 description served at GET /v1/openapi.json, built from one table of
-// the routes so the document and the server cannot drift apart silently: the route
-// table test checks every registered route appears here.
+// The OpenAPI 3.0 document served at GET /v1/openapi.json, generated from the
+// router's table: every registered (method, pattern) becomes an operation built from
+// the RouteDoc it was registered with (route_doc.h), its schemas from the shared
+// components (route_docs.h). Nothing is listed by hand, so the document cannot miss a
+// route; tests/unit/openapi_test.cc checks both directions and that every route is
+// really described, and tests/openapi/ runs a real OpenAPI validator over it.
+//
+// Errors: each operation lists, per status, the ApiError codes it can answer with
+// (API.md "Errors", all with the Error schema): the codes its RouteDoc names plus the
+// server's own answers: invalid_request (bad target or query), unauthorized (unless
+// public), payload_too_large and request_timeout (routes that take a body), internal,
+// capacity_exceeded (connection limit).
 #pragma once
 
 #include <boost/json/object.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "api/router.h"
 
 namespace cela::api {
 
-struct ApiOperation {
-  const char* method;  // lower case
-  const char* path;    // OpenAPI form: /v1/sessions/{id}
-  const char* summary;
-  int status;          // success status
-};
+boost::json::object openapi_document(const Router& router);
 
-const std::vector<ApiOperation>& api_operations();
-boost::json::object openapi_document();
+// The ApiError codes a RouteDoc may name (those of http_error.h), and the codes an
+// operation of `route` is documented with (its own plus the server's).
+bool is_error_code(std::string_view code);
+std::vector<std::string> documented_error_codes(const Route& route);
+
+// "get", "delete"...: the OpenAPI operation key of an HTTP method.
+std::string openapi_method(http::verb method);
 
 }  // namespace cela::api

@@ -63,14 +63,14 @@ bool more_specific(const Route& a, const Route& b) {
 
 }  // namespace
 
-void Router::add(http::verb method, std::string_view pattern, Handler handler,
+void Router::add(http::verb method, std::string_view pattern, RouteDoc doc, Handler handler,
                  RouteOptions options) {
   std::vector<std::string> segments = split_pattern(pattern);
   for (const Route& r : routes_) {
     if (r.method == method && r.segments == segments) bad_route(pattern, "registered twice");
   }
-  routes_.push_back(
-      Route{method, std::string(pattern), std::move(handler), options, std::move(segments)});
+  routes_.push_back(Route{method, std::string(pattern), std::move(handler), options, std::move(doc),
+                          std::move(segments)});
 }
 
 RouteMatch Router::match(http::verb method, const std::vector<std::string>& segments) const {

@@ -1,6 +1,8 @@
-// Router: maps (method, decoded path segments) to a handler, with {name} captures.
+// Router: maps (method, decoded path segments) to a handler, with {name} captures, and
+// keeps the table of routes with their documentation (RouteDoc) for the OpenAPI
+// document (openapi.h), so what is served and what is described are one list.
 //
-//   router.add(http::verb::get, "/v1/sessions/{id}/execs/{eid}", handler);
+//   router.add(http::verb::get, "/v1/sessions/{id}/execs/{eid}", docs::get_exec, handler);
 //
 // Matching is per segment: a literal segment matches itself, "{name}" matches any one
 // non-empty segment and records it in Request::params. When several routes match a
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "api/request.h"
+#include "api/route_doc.h"
 
 namespace cela::api {
 
@@ -59,6 +62,7 @@ struct Route {
   std::string pattern;
   Handler handler;
   RouteOptions options;
+  RouteDoc doc;
   std::vector<std::string> segments;  // literal text, or "{name}" for a capture
 };
 
@@ -73,8 +77,11 @@ class Router {
  public:
   // Aborts the process on a malformed pattern or a duplicate (method, pattern): both
   // are programming errors found at startup.
-  void add(http::verb method, std::string_view pattern, Handler handler, RouteOptions options = {});
+  void add(http::verb method, std::string_view pattern, RouteDoc doc, Handler handler,
+           RouteOptions options = {});
   RouteMatch match(http::verb method, const std::vector<std::string>& segments) const;
+  // Every route in registration order (the OpenAPI document is built from it).
+  const std::vector<Route>& routes() const { return routes_; }
 
  private:
   std::vector<Route> routes_;

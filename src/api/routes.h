@@ -21,6 +21,9 @@ struct RouteContext {
 void add_session_routes(RouteContext& ctx);
 void add_file_routes(RouteContext& ctx);
 void add_admin_routes(RouteContext& ctx);
+// All of the above, in the daemon's order: the one table served and described by
+// GET /v1/openapi.json (cela serve, the OpenAPI tests).
+void add_api_routes(RouteContext& ctx);
 
 // Authenticates per API.md: unix-socket peers with uid 0 act as the default tenant
 // with admin rights; TCP callers need `Authorization: Bearer <key>`.

@@ -1,85 +1,135 @@
-// Health, readiness, tenants and keys (admin), and the OpenAPI description.
+// Health, readiness, tenants and keys (admin), and the OpenAPI description (generated
+// from the router's table: openapi.h).
 #include <boost/json.hpp>
 
 #include "api/json_body.h"
 #include "api/openapi.h"
 #include "api/render.h"
 #include "api/responder.h"
+#include "api/route_docs.h"
 #include "api/routes.h"
 
 namespace cela::api {
 namespace json = boost::json;
 using http::verb;
 
+namespace {
+
+RouteOptions public_options() {
+  RouteOptions o;
+  o.public_route = true;
+  return o;
+}
+
+ApiResult<void> require_admin(const Request& req) {
+  if (!req.principal || !req.principal->admin)
+    return api_fail(ApiError::forbidden("an admin key is required"));
+  return {};
+}
+
+// POST /v1/tenants body: {name, quotas: {max_sessions, max_memory_mb, max_cpus}};
+// quotas not given take the config's defaults.
+struct TenantSpec {
+  std::string name;
+  store::Quotas quotas;
+};
+
+ApiResult<TenantSpec> parse_tenant(const json::object& body, store::Quotas defaults) {
+  JsonFields f(body);
+  if (auto ok = f.only({"name", "quotas"}); !ok) return std::unexpected(ok.error());
+  auto name = f.require_string("name");
+  if (!name) return std::unexpected(name.error());
+  TenantSpec spec{*name, defaults};
+  auto quotas = f.object("quotas");
+  if (!quotas) return std::unexpected(quotas.error());
+  if (!*quotas) return spec;
+  if (auto ok = (*quotas)->only({"max_sessions", "max_memory_mb", "max_cpus"}); !ok)
+    return std::unexpected(ok.error());
+  auto s = (*quotas)->integer("max_sessions");
+  if (!s) return std::unexpected(s.error());
+  auto m = (*quotas)->integer("max_memory_mb");
+  if (!m) return std::unexpected(m.error());
+  auto c = (*quotas)->number("max_cpus");
+  if (!c) return std::unexpected(c.error());
+  store::Quotas& q = spec.quotas;
+  q.max_sessions = s->value_or(q.max_sessions);
+  q.max_memory_mb = m->value_or(q.max_memory_mb);
+  q.max_cpus = c->value_or(q.max_cpus);
+  if (q.max_sessions < 0 || q.max_memory_mb < 0 || q.max_cpus < 0)
+    return api_fail(ApiError::invalid_request("quotas must not be negative"));
+  return spec;
+}
+
+void create_tenant(RouteContext& ctx, Request& req, Responder& res) {
+  if (auto ok = require_admin(req); !ok) return res.error(ok.error());
+  auto body = parse_json_object(req.body);
+  if (!body) return res.error(body.error());
+  const auto& d = ctx.sessions.config().quotas;
+  auto spec = parse_tenant(*body, store::Quotas{d.max_sessions, d.max_memory_mb, d.max_cpus});
+  if (!spec) return res.error(spec.error());
+  answer_blocking(ctx, res, 201, [&ctx, spec = *spec]() -> ApiResult<json::value> {
+    auto t = ctx.store.create_tenant(spec.name, spec.quotas);
+    if (!t) return std::unexpected(from_error(t.error()));
+    return json::value(render(*t));
+  });
+}
+
+void create_key(RouteContext& ctx, Request& req, Responder& res) {
+  if (auto ok = require_admin(req); !ok) return res.error(ok.error());
+  json::object body;
+  if (!req.body.empty()) {
+    auto b = parse_json_object(req.body);
+    if (!b) return res.error(b.error());
+    body = std::move(*b);
+  }
+  JsonFields f(body);
+  if (auto ok = f.only({"admin"}); !ok) return res.error(ok.error());
+  auto admin = f.boolean("admin");
+  if (!admin) return res.error(admin.error());
+  answer_blocking(ctx, res, 201,
+                  [&ctx, t = std::string(req.param("t")),
+                   admin = admin->value_or(false)]() -> ApiResult<json::value> {
+                    if (auto tenant = ctx.store.get_tenant(t); !tenant)
+                      return std::unexpected(ApiError::not_found("no tenant " + t));
+                    auto key = ctx.store.create_key(t, admin);
+                    if (!key) return std::unexpected(from_error(key.error()));
+                    // The only time the key is ever shown: it is stored hashed.
+                    return json::value(json::object{
+                        {"id", key->id}, {"tenant_id", t}, {"key", key->key}, {"admin", admin}});
+                  });
+}
+
+}  // namespace
+
 void add_admin_routes(RouteContext& ctx) {
   Router& r = ctx.server.router();
-  RouteOptions open;
-  open.public_route = true;
-  r.add(verb::get, "/healthz", [](Request&, Responder& res) { res.json(200, json::object{{"status", "ok"}}); }, open);
-  r.add(verb::get, "/readyz", [&ctx](Request&, Responder& res) {
-    // 503 while no create could be admitted: a load balancer sends new sessions elsewhere.
-    bool full = ctx.sessions.full();
-    res.json(full ? 503 : 200, json::object{{"status", full ? "full" : "ready"},
-                                            {"live_sessions", ctx.sessions.live_sessions()},
-                                            {"max_sessions", ctx.sessions.config().max_sessions}},
-             full ? Headers{{"Retry-After", "1"}} : Headers{});
-  }, open);
-  r.add(verb::get, "/v1/openapi.json", [](Request&, Responder& res) { res.json(200, openapi_document()); }, open);
-
-  r.add(verb::post, "/v1/tenants", [&ctx](Request& req, Responder& res) {
-    if (!req.principal || !req.principal->admin) return res.error(ApiError::forbidden("an admin key is required"));
-    auto body = parse_json_object(req.body);
-    if (!body) return res.error(body.error());
-    JsonFields f(*body);
-    if (auto ok = f.only({"name", "quotas"}); !ok) return res.error(ok.error());
-    auto name = f.require_string("name");
-    if (!name) return res.error(name.error());
-    store::Quotas q{ctx.sessions.config().quotas.max_sessions, ctx.sessions.config().quotas.max_memory_mb,
-                    ctx.sessions.config().quotas.max_cpus};
-    auto quotas = f.object("quotas");
-    if (!quotas) return res.error(quotas.error());
-    if (*quotas) {
-      if (auto ok = (*quotas)->only({"max_sessions", "max_memory_mb", "max_cpus"}); !ok) return res.error(ok.error());
-      auto s = (*quotas)->integer("max_sessions");
-      auto m = (*quotas)->integer("max_memory_mb");
-      auto c = (*quotas)->number("max_cpus");
-      if (!s) return res.error(s.error());
-      if (!m) return res.error(m.error());
-      if (!c) return res.error(c.error());
-      q.max_sessions = s->value_or(q.max_sessions);
-      q.max_memory_mb = m->value_or(q.max_memory_mb);
-      q.max_cpus = c->value_or(q.max_cpus);
-      if (q.max_sessions < 0 || q.max_memory_mb < 0 || q.max_cpus < 0)
-        return res.error(ApiError::invalid_request("quotas must not be negative"));
-    }
-    answer_blocking(ctx, res, 201, [&ctx, name = *name, q]() -> ApiResult<json::value> {
-      auto t = ctx.store.create_tenant(name, q);
-      if (!t) return std::unexpected(from_error(t.error()));
-      return json::value(render(*t));
-    });
-  });
-
-  r.add(verb::post, "/v1/tenants/{t}/keys", [&ctx](Request& req, Responder& res) {
-    if (!req.principal || !req.principal->admin) return res.error(ApiError::forbidden("an admin key is required"));
-    json::object body;
-    if (!req.body.empty()) {
-      auto b = parse_json_object(req.body);
-      if (!b) return res.error(b.error());
-      body = std::move(*b);
-    }
-    JsonFields f(body);
-    if (auto ok = f.only({"admin"}); !ok) return res.error(ok.error());
-    auto admin = f.boolean("admin");
-    if (!admin) return res.error(admin.error());
-    answer_blocking(ctx, res, 201, [&ctx, t = std::string(req.param("t")), admin = admin->value_or(false)]()
-                                       -> ApiResult<json::value> {
-      if (auto tenant = ctx.store.get_tenant(t); !tenant) return std::unexpected(ApiError::not_found("no tenant " + t));
-      auto key = ctx.store.create_key(t, admin);
-      if (!key) return std::unexpected(from_error(key.error()));
-      // The only time the key is ever shown: it is stored hashed.
-      return json::value(json::object{{"id", key->id}, {"tenant_id", t}, {"key", key->key}, {"admin", admin}});
-    });
-  });
+  r.add(
+      verb::get, "/healthz", docs::healthz,
+      [](Request&, Responder& res) {
+        res.json(200, json::object{{"status", "ok"}});
+      },
+      public_options());
+  r.add(
+      verb::get, "/readyz", docs::readyz,
+      [&ctx](Request&, Responder& res) {
+        // 503 while no create could be admitted: a load balancer sends new sessions elsewhere.
+        bool full = ctx.sessions.full();
+        res.json(full ? 503 : 200,
+                 json::object{{"status", full ? "full" : "ready"},
+                              {"live_sessions", ctx.sessions.live_sessions()},
+                              {"max_sessions", ctx.sessions.config().max_sessions}},
+                 full ? Headers{{"Retry-After", "1"}} : Headers{});
+      },
+      public_options());
+  // The table is complete once the daemon starts serving, so the answer lists every route.
+  r.add(
+      verb::get, "/v1/openapi.json", docs::openapi,
+      [&ctx](Request&, Responder& res) { res.json(200, openapi_document(ctx.server.router())); },
+      public_options());
+  r.add(verb::post, "/v1/tenants", docs::create_tenant,
+        [&ctx](Request& req, Responder& res) { create_tenant(ctx, req, res); });
+  r.add(verb::post, "/v1/tenants/{t}/keys", docs::create_key,
+        [&ctx](Request& req, Responder& res) { create_key(ctx, req, res); });
 }
 
 }  // namespace cela::api

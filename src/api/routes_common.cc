@@ -1,9 +1,17 @@
+// Helpers shared by the route files (routes.h), and add_api_routes: every resource's
+// routes registered in one place.
 #include <boost/json.hpp>
 
 #include "api/responder.h"
 #include "api/routes.h"
 
 namespace cela::api {
+
+void add_api_routes(RouteContext& ctx) {
+  add_admin_routes(ctx);
+  add_session_routes(ctx);
+  add_file_routes(ctx);
+}
 
 RouteOptions upload_options(const RouteContext& ctx) {
   RouteOptions o;

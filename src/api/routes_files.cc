@@ -4,6 +4,7 @@
 
 #include "api/json_body.h"
 #include "api/responder.h"
+#include "api/route_docs.h"
 #include "api/routes.h"
 
 namespace cela::api {
@@ -47,7 +48,7 @@ void add_file_routes(RouteContext& ctx) {
   Router& r = ctx.server.router();
   RouteOptions upload = upload_options(ctx);
 
-  r.add(verb::put, "/v1/sessions/{id}/files", [&ctx](Request& req, Responder& res) {
+  r.add(verb::put, "/v1/sessions/{id}/files", docs::write_file, [&ctx](Request& req, Responder& res) {
     auto path = path_param(req);
     if (!path) return res.error(path.error());
     session::WriteOptions options;
@@ -68,7 +69,7 @@ void add_file_routes(RouteContext& ctx) {
     });
   }, upload);
 
-  r.add(verb::get, "/v1/sessions/{id}/files", [&ctx](Request& req, Responder& res) {
+  r.add(verb::get, "/v1/sessions/{id}/files", docs::read_file, [&ctx](Request& req, Responder& res) {
     auto path = path_param(req);
     if (!path) return res.error(path.error());
     with_fs(ctx, res, req, [path = *path](session::SessionFs& fs, Responder& out) {
@@ -78,7 +79,7 @@ void add_file_routes(RouteContext& ctx) {
     });
   });
 
-  r.add(verb::head, "/v1/sessions/{id}/files", [&ctx](Request& req, Responder& res) {
+  r.add(verb::head, "/v1/sessions/{id}/files", docs::stat_file, [&ctx](Request& req, Responder& res) {
     auto path = path_param(req);
     if (!path) return res.error(path.error());
     with_fs(ctx, res, req, [path = *path](session::SessionFs& fs, Responder& out) {
@@ -90,7 +91,7 @@ void add_file_routes(RouteContext& ctx) {
     });
   });
 
-  r.add(verb::delete_, "/v1/sessions/{id}/files", [&ctx](Request& req, Responder& res) {
+  r.add(verb::delete_, "/v1/sessions/{id}/files", docs::delete_file, [&ctx](Request& req, Responder& res) {
     auto path = path_param(req);
     if (!path) return res.error(path.error());
     auto recursive = req.query_flag("recursive");
@@ -101,7 +102,7 @@ void add_file_routes(RouteContext& ctx) {
     });
   });
 
-  r.add(verb::get, "/v1/sessions/{id}/fs", [&ctx](Request& req, Responder& res) {
+  r.add(verb::get, "/v1/sessions/{id}/fs", docs::list_dir, [&ctx](Request& req, Responder& res) {
     std::string path(req.query_value("path").value_or("/"));
     int depth = 1;
     if (auto d = req.query_value("depth")) {
@@ -118,7 +119,7 @@ void add_file_routes(RouteContext& ctx) {
     });
   });
 
-  r.add(verb::post, "/v1/sessions/{id}/fs/mkdir", [&ctx](Request& req, Responder& res) {
+  r.add(verb::post, "/v1/sessions/{id}/fs/mkdir", docs::make_dir, [&ctx](Request& req, Responder& res) {
     auto body = parse_json_object(req.body);
     if (!body) return res.error(body.error());
     JsonFields f(*body);
@@ -133,7 +134,7 @@ void add_file_routes(RouteContext& ctx) {
     });
   });
 
-  r.add(verb::post, "/v1/sessions/{id}/fs/move", [&ctx](Request& req, Responder& res) {
+  r.add(verb::post, "/v1/sessions/{id}/fs/move", docs::move_path, [&ctx](Request& req, Responder& res) {
     auto body = parse_json_object(req.body);
     if (!body) return res.error(body.error());
     JsonFields f(*body);
@@ -151,7 +152,7 @@ void add_file_routes(RouteContext& ctx) {
     });
   });
 
-  r.add(verb::get, "/v1/sessions/{id}/archive", [&ctx](Request& req, Responder& res) {
+  r.add(verb::get, "/v1/sessions/{id}/archive", docs::export_archive, [&ctx](Request& req, Responder& res) {
     auto path = path_param(req);
     if (!path) return res.error(path.error());
     with_fs(ctx, res, req, [path = *path](session::SessionFs& fs, Responder& out) {
@@ -170,7 +171,7 @@ void add_file_routes(RouteContext& ctx) {
     });
   });
 
-  r.add(verb::put, "/v1/sessions/{id}/archive", [&ctx](Request& req, Responder& res) {
+  r.add(verb::put, "/v1/sessions/{id}/archive", docs::import_archive, [&ctx](Request& req, Responder& res) {
     auto path = path_param(req);
     if (!path) return res.error(path.error());
     with_fs(ctx, res, req, [path = *path, body = std::move(req.body)](session::SessionFs& fs, Responder& out) {

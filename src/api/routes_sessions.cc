@@ -9,6 +9,7 @@
 #include "api/json_body.h"
 #include "api/render.h"
 #include "api/responder.h"
+#include "api/route_docs.h"
 #include "api/routes.h"
 #include "api/session_specs.h"
 #include "common/encoding.h"
@@ -108,7 +109,7 @@ void add_session_routes(RouteContext& ctx) {
   Router& r = ctx.server.router();
   auto& mgr = ctx.sessions;
 
-  r.add(verb::post, "/v1/sessions", [&](Request& req, Responder& res) {
+  r.add(verb::post, "/v1/sessions", docs::create_session, [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());
     auto spec = parse_create_session(*body, mgr.config());
@@ -123,7 +124,7 @@ void add_session_routes(RouteContext& ctx) {
                answer<store::SessionRecord>(res, 201, render_session));
   });
 
-  r.add(verb::get, "/v1/sessions", [&](Request& req, Responder& res) {
+  r.add(verb::get, "/v1/sessions", docs::list_sessions, [&](Request& req, Responder& res) {
     store::SessionFilter filter;
     if (auto s = req.query_value("state")) filter.state = std::string(*s);
     for (auto& [k, v] : req.query)
@@ -146,7 +147,7 @@ void add_session_routes(RouteContext& ctx) {
     });
   });
 
-  r.add(verb::get, "/v1/sessions/{id}", [&](Request& req, Responder& res) {
+  r.add(verb::get, "/v1/sessions/{id}", docs::get_session, [&](Request& req, Responder& res) {
     answer_blocking(ctx, res, 200,
                     [&mgr, caller = caller_of(req), id = std::string(req.param("id"))]() -> ApiResult<json::value> {
                       auto rec = mgr.get(caller, id);
@@ -155,7 +156,7 @@ void add_session_routes(RouteContext& ctx) {
                     });
   });
 
-  r.add(verb::patch, "/v1/sessions/{id}", [&](Request& req, Responder& res) {
+  r.add(verb::patch, "/v1/sessions/{id}", docs::patch_session, [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());
     auto spec = parse_patch(*body);
@@ -164,12 +165,12 @@ void add_session_routes(RouteContext& ctx) {
     mgr.patch(caller_of(req), id, *spec, answer<store::SessionRecord>(res, 200, render_session, id));
   });
 
-  r.add(verb::delete_, "/v1/sessions/{id}", [&](Request& req, Responder& res) {
+  r.add(verb::delete_, "/v1/sessions/{id}", docs::delete_session, [&](Request& req, Responder& res) {
     std::string id(req.param("id"));
     mgr.remove(caller_of(req), id, answer<store::SessionRecord>(res, 200, render_deleted, id));
   });
 
-  r.add(verb::post, "/v1/sessions/{id}/execs", [&](Request& req, Responder& res) {
+  r.add(verb::post, "/v1/sessions/{id}/execs", docs::start_exec, [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());
     auto spec = parse_exec(*body, mgr.config());
@@ -184,7 +185,7 @@ void add_session_routes(RouteContext& ctx) {
                        id));
   });
 
-  r.add(verb::post, "/v1/sessions/{id}/run", [&](Request& req, Responder& res) {
+  r.add(verb::post, "/v1/sessions/{id}/run", docs::run_exec, [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());
     auto spec = parse_exec(*body, mgr.config());
@@ -207,12 +208,12 @@ void add_session_routes(RouteContext& ctx) {
             });
   });
 
-  r.add(verb::get, "/v1/sessions/{id}/execs/{eid}", [&](Request& req, Responder& res) {
+  r.add(verb::get, "/v1/sessions/{id}/execs/{eid}", docs::get_exec, [&](Request& req, Responder& res) {
     std::string id(req.param("id")), eid(req.param("eid"));
     mgr.get_exec(caller_of(req), id, eid, answer<store::ExecRecord>(res, 200, render_exec, id, eid));
   });
 
-  r.add(verb::get, "/v1/sessions/{id}/execs/{eid}/output", [&](Request& req, Responder& res) {
+  r.add(verb::get, "/v1/sessions/{id}/execs/{eid}/output", docs::exec_output, [&](Request& req, Responder& res) {
     auto follow = req.query_flag("follow");
     if (!follow) return res.error(follow.error());
     std::string id(req.param("id")), eid(req.param("eid"));
@@ -257,7 +258,7 @@ void add_session_routes(RouteContext& ctx) {
     });
   });
 
-  r.add(verb::post, "/v1/sessions/{id}/execs/{eid}/stdin",
+  r.add(verb::post, "/v1/sessions/{id}/execs/{eid}/stdin", docs::write_stdin,
         [&](Request& req, Responder& res) {
           auto close = req.query_flag("close");
           if (!close) return res.error(close.error());
@@ -270,7 +271,7 @@ void add_session_routes(RouteContext& ctx) {
         },
         upload_options(ctx));
 
-  r.add(verb::post, "/v1/sessions/{id}/execs/{eid}/kill", [&](Request& req, Responder& res) {
+  r.add(verb::post, "/v1/sessions/{id}/execs/{eid}/kill", docs::kill_exec, [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());
     auto spec = parse_kill(*body);

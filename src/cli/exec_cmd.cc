@@ -15,7 +15,7 @@
 
 #include "cli/client_common.h"
 #include "common/fd.h"
-#include "jail/result.h"
+#include "runtime/outcome.h"
 
 namespace cela::cli {
 namespace {
@@ -78,14 +78,14 @@ Result<json::object> stream_exec(const Client& c, const std::string& sid, const 
 }
 
 // A finished exec record as the runner's result, so that `cela exec` exits with the
-// codes `cela run` does through the one mapping (jail::exit_code_for).
-jail::RunResult run_result_of(const json::object& rec) {
-  using jail::RunState;
-  jail::RunResult r;  // state failed unless the record names another
+// codes `cela run` does through the one mapping (runtime::exit_code_for).
+runtime::RunResult run_result_of(const json::object& rec) {
+  using runtime::RunState;
+  runtime::RunResult r;  // state failed unless the record names another
   std::string state = str(rec, "state");
   for (RunState s : {RunState::exited, RunState::timed_out, RunState::oom_killed, RunState::killed,
                      RunState::failed})
-    if (jail::to_string(s) == state) r.state = s;
+    if (runtime::to_string(s) == state) r.state = s;
   if (auto* e = rec.if_contains("exit_code"); e && e->is_int64())
     r.exit_code = static_cast<int>(e->as_int64());
   if (auto* s = rec.if_contains("signal"); s && s->is_int64())
@@ -181,10 +181,10 @@ std::optional<int> wait_for_end(const Client& c, const std::string& kill_target,
       // blocked on their sockets for good, so leave without unwinding them.
       std::fprintf(stderr, "cela: the exec did not end after it was killed\n");
       std::fflush(stdout);
-      jail::RunResult r;
-      r.state = jail::RunState::killed;
+      runtime::RunResult r;
+      r.state = runtime::RunState::killed;
       r.signal = *stopped_by;
-      std::_Exit(jail::exit_code_for(r));
+      std::_Exit(runtime::exit_code_for(r));
     }
   }
 }
@@ -246,15 +246,15 @@ int exec(const ExecOpts& o) {
   if (input.joinable()) input.join();
 
   if (!*outcome) return report(outcome->error());
-  jail::RunResult result = run_result_of(**outcome);
-  if (result.state != jail::RunState::exited)
+  runtime::RunResult result = run_result_of(**outcome);
+  if (result.state != runtime::RunState::exited)
     std::fprintf(stderr, "cela: exec %s%s\n", str(**outcome, "state").c_str(),
                  result.reason.empty() ? "" : (": " + result.reason).c_str());
   if (stopped_by) {  // as `cela run` told to stop: 128 + the signal we received
-    result.state = jail::RunState::killed;
+    result.state = runtime::RunState::killed;
     result.signal = *stopped_by;
   }
-  return jail::exit_code_for(result);
+  return runtime::exit_code_for(result);
 }
 
 // ---- logs ----

@@ -135,9 +135,7 @@ int run(const DaemonOptions& o) {
   api::HttpServer server(server_config);
   api::RouteContext ctx{server, **manager, **store, default_tenant};
   server.set_authenticator(api::make_authenticator(ctx));
-  api::add_admin_routes(ctx);
-  api::add_session_routes(ctx);
-  api::add_file_routes(ctx);
+  api::add_api_routes(ctx);
   if (auto r = server.start(); !r) {
     say("listen: " + r.error().message());
     return 1;

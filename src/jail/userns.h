@@ -22,6 +22,7 @@ namespace cela::jail {
 inline constexpr uint32_t kUidBase = 0x10000000;  // 268435456: far above any account
 inline constexpr uint32_t kIdsPerSlot = 65536;
 inline constexpr uint32_t kMaxSlots = 4096;
+inline constexpr const char* kSlotLockDir = "/run/cela/slots";
 
 class UidSlot {
  public:

@@ -10,7 +10,10 @@
 #include <deque>
 #include <map>
 
+#include "jail/cgroup.h"
 #include "jail/sandbox.h"
+#include "jail/seccomp.h"
+#include "jail/userns.h"
 
 namespace cela::runtime {
 namespace asio = boost::asio;
@@ -165,7 +168,8 @@ class JailExec final : public Exec {
 
 class JailInstance final : public Instance {
  public:
-  explicit JailInstance(std::unique_ptr<jail::Sandbox> sandbox) : sandbox_(std::move(sandbox)) {}
+  JailInstance(std::unique_ptr<jail::Sandbox> sandbox, jail::UidSlot slot)
+      : sandbox_(std::move(sandbox)), slot_(std::move(slot)) {}
   ~JailInstance() override {
     *alive_ = false;
     destroy();
@@ -222,6 +226,8 @@ class JailInstance final : public Instance {
     return fd;
   }
   pid_t host_pid() const override { return sandbox_->init_pid(); }
+  uint32_t host_id(uint32_t inside) const override { return slot_.host_base() + inside; }
+  int64_t slot() const override { return slot_.index(); }
 
   Teardown destroy() override {
     if (destroyed_) return teardown_;
@@ -314,6 +320,7 @@ class JailInstance final : public Instance {
   }
 
   std::unique_ptr<jail::Sandbox> sandbox_;
+  jail::UidSlot slot_;  // released after the sandbox is gone (member order)
   asio::io_context* reactor_ = nullptr;
   std::function<void(std::string)> on_died_;
   std::unique_ptr<Descriptor> control_, pidfd_;
@@ -326,7 +333,8 @@ class JailInstance final : public Instance {
 
 class JailBackend final : public Backend {
  public:
-  JailBackend(jail::CgroupHost& cgroups, const jail::SeccompProgram& seccomp) : cgroups_(cgroups), seccomp_(seccomp) {}
+  JailBackend(std::unique_ptr<jail::CgroupHost> cgroups, jail::SeccompProgram seccomp, uint32_t uid_slots)
+      : cgroups_(std::move(cgroups)), seccomp_(std::move(seccomp)), uid_slots_(uid_slots) {}
   std::string_view name() const override { return "jail"; }
 
   Result<std::unique_ptr<Instance>> start(const InstanceSpec& spec) override {
@@ -337,24 +345,38 @@ class JailBackend final : public Backend {
     for (const auto& [source, target] : spec.rootfs.binds) sb.rootfs.binds.emplace_back(source, target);
     sb.rootfs.disk_bytes = spec.disk_bytes;
     sb.limits = spec.limits;
-    sb.host_uid_base = spec.host_uid_base;
+    auto slot = jail::UidSlot::acquire(jail::kSlotLockDir, uid_slots_);
+    if (!slot) {
+      Error e = slot.error();
+      if (e.code == ErrorCode::limit) e.code = ErrorCode::capacity_exceeded;  // 503: retry later
+      return std::unexpected(e);
+    }
+    sb.host_uid_base = slot->host_base();
     sb.reexec_init = true;  // the daemon is multi-threaded
-    auto sandbox = jail::Sandbox::start(sb, cgroups_, seccomp_);
+    auto sandbox = jail::Sandbox::start(sb, *cgroups_, seccomp_);
     if (!sandbox) return std::unexpected(sandbox.error());
-    return std::unique_ptr<Instance>(new JailInstance(std::move(*sandbox)));
+    return std::unique_ptr<Instance>(new JailInstance(std::move(*sandbox), std::move(*slot)));
   }
 
-  Result<void> remove_stale(const std::string& name) override { return cgroups_.remove_stale(name); }
+  Result<void> remove_stale(const std::string& name) override { return cgroups_->remove_stale(name); }
 
  private:
-  jail::CgroupHost& cgroups_;
-  const jail::SeccompProgram& seccomp_;
+  std::unique_ptr<jail::CgroupHost> cgroups_;
+  jail::SeccompProgram seccomp_;
+  uint32_t uid_slots_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_jail_backend(jail::CgroupHost& cgroups, const jail::SeccompProgram& seccomp) {
-  return std::make_unique<JailBackend>(cgroups, seccomp);
+Result<std::unique_ptr<Backend>> open_jail_backend(uint32_t uid_slots) {
+  auto mode = jail::detect_cgroup_mode();
+  if (!mode) return std::unexpected(mode.error());
+  auto host = jail::open_cgroup_host(*mode);
+  if (!host) return std::unexpected(host.error());
+  // Compiled once; the re-executed inits load it from the same cache.
+  auto seccomp = jail::cached_seccomp_program();
+  if (!seccomp) return std::unexpected(seccomp.error());
+  return std::unique_ptr<Backend>(new JailBackend(std::move(*host), std::move(*seccomp), uid_slots));
 }
 
 }  // namespace cela::runtime

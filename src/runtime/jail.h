@@ -6,13 +6,13 @@
 
 #include <memory>
 
-#include "jail/cgroup.h"
-#include "jail/seccomp.h"
 #include "runtime/runtime.h"
 
 namespace cela::runtime {
 
-// `cgroups` and `seccomp` must outlive the backend and every instance.
-std::unique_ptr<Backend> make_jail_backend(jail::CgroupHost& cgroups, const jail::SeccompProgram& seccomp);
+// Detects the host's cgroup layout and compiles (or loads from the cache) the seccomp
+// program every init and exec uses. Each instance holds one host uid slot
+// (jail/userns.h) among the first `uid_slots`. The backend must outlive its instances.
+Result<std::unique_ptr<Backend>> open_jail_backend(uint32_t uid_slots);
 
 }  // namespace cela::runtime

@@ -35,8 +35,12 @@ struct InstanceSpec {
   LayerStack rootfs;
   uint64_t disk_bytes = 0;  // writable layer size
   jail::CgroupLimits limits;
-  uint32_t host_uid_base = 0;  // host uid that is root inside
 };
+
+// Accounting of a sandbox or an exec, and its limits (the jail's types serve every
+// backend).
+using Stats = jail::CgroupStats;
+using Limits = jail::CgroupLimits;
 
 // One process to start inside: the complete environment, identity and limits.
 struct ProcessSpec {
@@ -115,6 +119,10 @@ class Instance {
   virtual Result<UniqueFd> open_root() const = 0;
   // Host pid of the sandbox's init.
   virtual pid_t host_pid() const = 0;
+  // The host id that id `inside` maps to (files written on the sandbox's behalf), and
+  // the host id range (slot) the sandbox holds.
+  virtual uint32_t host_id(uint32_t inside) const = 0;
+  virtual int64_t slot() const = 0;
   // Kills everything, waits until it is gone, removes the sandbox's resources.
   // Idempotent; the first call's report is returned again.
   virtual Teardown destroy() = 0;
@@ -124,8 +132,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string_view name() const = 0;
-  // Blocking: boots the sandbox and returns once it can run code. Call from the
-  // launcher thread (PR_SET_PDEATHSIG of the sandbox follows the calling thread).
+  // Blocking: claims a host id range, boots the sandbox and returns once it can run
+  // code. Call from the launcher thread (PR_SET_PDEATHSIG of the sandbox follows the
+  // calling thread). capacity_exceeded when no id range is free.
   virtual Result<std::unique_ptr<Instance>> start(const InstanceSpec& spec) = 0;
   // Removes what an instance named `name` left behind when its daemon died.
   virtual Result<void> remove_stale(const std::string& name) = 0;

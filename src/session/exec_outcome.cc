@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "common/units.h"
-#include "jail/result.h"
+#include "runtime/outcome.h"
 
 namespace cela::session {
 
@@ -14,7 +14,7 @@ std::string sig_name(int sig) { return std::string("SIG") + (::sigabbrev_np(sig)
 }  // namespace
 
 void classify_exec(const ExecObservation& o, store::ExecRecord& r) {
-  jail::RunObservation obs;
+  runtime::RunObservation obs;
   obs.limits = o.limits;
   obs.timeout_ms = o.timeout_ms;
   obs.timed_out = o.timed_out;
@@ -28,20 +28,20 @@ void classify_exec(const ExecObservation& o, store::ExecRecord& r) {
                   : exec_step ? "cannot execute " + o.command
                               : "cannot start the command (" + f.step + ")";
     obs.failure_errno = missing ? 0 : f.err;
-    obs.failure_exit_code = exec_step ? (missing ? jail::kExitNotFound : jail::kExitCannotExec) : jail::kExitFailed;
+    obs.failure_exit_code = exec_step ? (missing ? runtime::kExitNotFound : runtime::kExitCannotExec) : runtime::kExitFailed;
   }
-  jail::RunResult result = jail::classify(obs);
-  r.state = std::string(jail::to_string(result.state));
+  runtime::RunResult result = runtime::classify(obs);
+  r.state = std::string(runtime::to_string(result.state));
   r.exit_code = result.exit_code ? std::optional<int64_t>(*result.exit_code) : std::nullopt;
   r.signal = result.signal ? std::optional<int64_t>(*result.signal) : std::nullopt;
   r.reason = result.reason;
-  if (result.state == jail::RunState::timed_out) {
+  if (result.state == runtime::RunState::timed_out) {
     // classify() words a timeout for a whole run; here only the exec's tree ended.
     r.reason = "wall-clock timeout of " + format_duration(o.timeout_ms) + " reached; every process of the exec was killed";
     return;
   }
-  if (o.start_failure || result.state == jail::RunState::oom_killed) return;
-  bool ended_normally = result.state == jail::RunState::exited;
+  if (o.start_failure || result.state == runtime::RunState::oom_killed) return;
+  bool ended_normally = result.state == runtime::RunState::exited;
   if (o.session_ended && !o.wait_status) {
     // The main process had not ended when the session did: the session ended it.
     if (*o.session_ended == "init_died") {

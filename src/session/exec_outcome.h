@@ -5,7 +5,6 @@
 #include <optional>
 #include <string>
 
-#include "jail/cgroup.h"
 #include "runtime/runtime.h"
 #include "store/records.h"
 
@@ -22,8 +21,8 @@ struct ExecObservation {
   // reason makes it `killed` with that reason.
   std::optional<std::string> session_ended, session_message;
   std::string command;  // argv[0] or the shell line, for "command not found"
-  jail::CgroupStats stats;
-  jail::CgroupLimits limits;
+  runtime::Stats stats;
+  runtime::Limits limits;
 };
 
 // Fills state, exit_code, signal and reason of `record`.

@@ -55,16 +55,9 @@ SessionManager::SessionManager(const DaemonConfig& config, store::Store& store)
 
 Result<std::unique_ptr<SessionManager>> SessionManager::open(const DaemonConfig& config, store::Store& store) {
   std::unique_ptr<SessionManager> m(new SessionManager(config, store));
-  auto mode = jail::detect_cgroup_mode();
-  if (!mode) return std::unexpected(mode.error());
-  auto host = jail::open_cgroup_host(*mode);
-  if (!host) return std::unexpected(host.error());
-  m->cgroups_ = std::move(*host);
-  // Compiled once; the re-executed inits load it from the same cache.
-  auto seccomp = jail::cached_seccomp_program();
-  if (!seccomp) return std::unexpected(seccomp.error());
-  m->seccomp_ = std::move(*seccomp);
-  m->backend_ = runtime::make_jail_backend(*m->cgroups_, m->seccomp_);
+  auto backend = runtime::open_jail_backend(static_cast<uint32_t>(config.uid_slots));
+  if (!backend) return std::unexpected(backend.error());
+  m->backend_ = std::move(*backend);
   if (auto r = make_dirs(m->output_dir_, 0700); !r) return std::unexpected(r.error());
   m->reactor_work_.emplace(asio::make_work_guard(m->reactor_));
   m->reactor_thread_ = std::thread([mp = m.get()] { mp->reactor_.run(); });
@@ -188,30 +181,12 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
   for (const auto& b : tmpl->binds) is.rootfs.binds.emplace_back(b.source, b.target);
   is.disk_bytes = spec.limits.disk_mb << 20;
   is.limits = {spec.limits.memory_mb << 20, spec.limits.cpus, spec.limits.pids};
-  struct Boot {
-    std::optional<jail::UidSlot> slot;
-    Result<std::unique_ptr<runtime::Instance>> instance = fail(ErrorCode::internal, "not started");
-  };
   asio::post(launcher_, [this, session, is, began, done = std::move(done)]() mutable {
-    auto boot = std::make_shared<Boot>();
-    auto slot = jail::UidSlot::acquire("/run/cela/slots", static_cast<uint32_t>(config_.uid_slots));
-    if (!slot) {
-      Error e = slot.error();
-      if (e.code == ErrorCode::limit) e.code = ErrorCode::capacity_exceeded;  // 503: retry later
-      boot->instance = std::unexpected(e);
-    } else {
-      is.host_uid_base = slot->host_base();
-      boot->slot.emplace(std::move(*slot));
-      boot->instance = backend_->start(is);
-    }
-    on_reactor([this, session, boot, began, done = std::move(done)]() mutable {
-      if (boot->slot) {
-        session->record.slot = boot->slot->index();
-        session->slot.emplace(std::move(*boot->slot));
-      }
+    auto instance = std::make_shared<Result<std::unique_ptr<runtime::Instance>>>(backend_->start(is));
+    on_reactor([this, session, instance, began, done = std::move(done)]() mutable {
       session->record.startup_ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - began).count();
-      booted(session, std::move(boot->instance), std::move(done));
+      booted(session, std::move(*instance), std::move(done));
     });
   });
 }
@@ -224,7 +199,6 @@ void SessionManager::booted(std::shared_ptr<Session> session, Result<std::unique
     session->ended = true;
     if (session->instance) session->instance->destroy();
     session->instance.reset();
-    session->slot.reset();
     r.state = std::string(store::session_state::failed);
     r.termination_reason = std::move(reason);
     r.termination_message = std::move(message);
@@ -245,6 +219,7 @@ void SessionManager::booted(std::shared_ptr<Session> session, Result<std::unique
                   "the daemon stopped while the session was starting");
   }
   r.init_pid = session->instance->host_pid();
+  r.slot = session->instance->slot();
   r.state = std::string(store::session_state::ready);
   r.ready_at = store::now_rfc3339();
   if (auto u = store_.update_session(r); !u) return failed(u.error(), "start_failed", u.error().message());
@@ -280,7 +255,6 @@ void SessionManager::terminate(const std::shared_ptr<Session>& session, std::str
   if (session->instance) teardown = session->instance->destroy();
   for (auto& [id, e] : session->execs) e->exec.reset();
   session->instance.reset();
-  session->slot.reset();
   json::object cleanup{{"processes_killed", teardown.processes_killed},
                        {"cgroup_removed", teardown.cgroup_removed},
                        {"mounts_removed", true},  // they lived only in the session's mount namespace
@@ -437,8 +411,7 @@ Result<std::shared_ptr<SessionFs>> SessionManager::files(const Caller& caller, c
     auto root = s.instance->open_root();
     if (!root) return promise.set_value(std::unexpected(root.error()));
     s.last_activity = Clock::now();
-    uint32_t base = s.slot ? s.slot->host_base() : 0;
-    promise.set_value(View{std::move(*root), base + s.tmpl.user.uid, base + s.tmpl.user.gid});
+    promise.set_value(View{std::move(*root), s.instance->host_id(s.tmpl.user.uid), s.instance->host_id(s.tmpl.user.gid)});
   });
   auto view = f.get();
   if (!view) return std::unexpected(view.error());

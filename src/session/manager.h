@@ -36,8 +36,6 @@
 #include <thread>
 
 #include "common/error.h"
-#include "jail/cgroup.h"
-#include "jail/seccomp.h"
 #include "rootfs/template.h"
 #include "runtime/runtime.h"
 #include "session/admission.h"
@@ -141,8 +139,6 @@ class SessionManager {
   DaemonConfig config_;
   store::Store& store_;
   rootfs::TemplateStore templates_;
-  std::unique_ptr<jail::CgroupHost> cgroups_;
-  jail::SeccompProgram seccomp_;
   std::unique_ptr<runtime::Backend> backend_;
   std::string output_dir_;
 

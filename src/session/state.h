@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "jail/userns.h"
 #include "rootfs/template.h"
 #include "runtime/runtime.h"
 #include "session/exec_outcome.h"
@@ -62,7 +61,6 @@ struct Session {
   SessionLimits limits;
   std::vector<std::string> env;
   bool allow_sudo = false;
-  std::optional<jail::UidSlot> slot;
   std::unique_ptr<runtime::Instance> instance;
   std::map<std::string, std::shared_ptr<ExecState>> execs;
   std::unique_ptr<boost::asio::steady_timer> timer;

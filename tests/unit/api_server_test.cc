@@ -251,7 +251,7 @@ class ApiServer : public ::testing::Test {
 };
 
 void add_echo(Router& router) {
-  router.add(http::verb::post, "/v1/echo", [](Request& req, Responder& res) {
+  router.add(http::verb::post, "/v1/echo", {}, [](Request& req, Responder& res) {
     auto body = parse_json_object(req.body);
     if (!body) return res.error(body.error());
     JsonFields fields(*body);
@@ -276,7 +276,7 @@ bool is_request_id(std::string_view id) {
 
 TEST_F(ApiServer, RouteCapturesAndQueryDecoding) {
   start([](Router& router, HttpServer&) {
-    router.add(http::verb::get, "/v1/sessions/{id}/execs/{eid}", [](Request& req, Responder& res) {
+    router.add(http::verb::get, "/v1/sessions/{id}/execs/{eid}", {}, [](Request& req, Responder& res) {
       json::array xs;
       for (auto x : req.query_values("x")) xs.emplace_back(x);
       auto follow = req.query_flag("follow");
@@ -309,9 +309,9 @@ TEST_F(ApiServer, RouteCapturesAndQueryDecoding) {
 
 TEST_F(ApiServer, UnknownPathIs404AndWrongMethodIs405WithJsonErrors) {
   start([](Router& router, HttpServer&) {
-    router.add(http::verb::get, "/v1/things/{id}",
+    router.add(http::verb::get, "/v1/things/{id}", {},
                [](Request&, Responder& res) { res.json(200, json::object{}); });
-    router.add(http::verb::delete_, "/v1/things/{id}",
+    router.add(http::verb::delete_, "/v1/things/{id}", {},
                [](Request&, Responder& res) { res.no_content(); });
   });
   auto missing = call("GET", "/v1/nothing-here");
@@ -367,7 +367,7 @@ TEST_F(ApiServer, BodyOverLimitIs413AndServerKeepsServing) {
   start([](Router& router, HttpServer&) {
     add_echo(router);
     router.add(
-        http::verb::put, "/v1/upload",
+        http::verb::put, "/v1/upload", {},
         [](Request& req, Responder& res) {
           res.json(201, json::object{{"size", req.body.size()}});
         },
@@ -572,10 +572,10 @@ TEST_F(ApiServer, MaxConnectionsAnswers503CapacityExceeded) {
 
 TEST_F(ApiServer, HandlerExceptionIs500InternalWithBody) {
   start([](Router& router, HttpServer&) {
-    router.add(http::verb::get, "/v1/throws", [](Request&, Responder&) {
+    router.add(http::verb::get, "/v1/throws", {}, [](Request&, Responder&) {
       throw std::runtime_error("secret detail /var/lib/cela");
     });
-    router.add(http::verb::get, "/v1/forgets", [](Request&, Responder&) {});
+    router.add(http::verb::get, "/v1/forgets", {}, [](Request&, Responder&) {});
   });
   auto r = call("GET", "/v1/throws");
   ASSERT_TRUE(r);
@@ -598,7 +598,7 @@ TEST_F(ApiServer, HandlerExceptionIs500InternalWithBody) {
 TEST_F(ApiServer, DeferredResponseFromAnotherThread) {
   std::atomic<bool> handler_returned{false};
   start([&](Router& router, HttpServer& server) {
-    router.add(http::verb::post, "/v1/slow", [&](Request&, Responder& res) {
+    router.add(http::verb::post, "/v1/slow", {}, [&](Request&, Responder& res) {
       server.post_blocking([r = res.shared_from_this(), &handler_returned] {
         std::this_thread::sleep_for(100ms);
         EXPECT_TRUE(handler_returned.load());
@@ -617,7 +617,7 @@ TEST_F(ApiServer, DeferredResponseFromAnotherThread) {
 
 TEST_F(ApiServer, TcpNeedsAKeyAndUnixSocketPassesPeerCredentials) {
   start([](Router& router, HttpServer&) {
-    router.add(http::verb::get, "/v1/whoami", [](Request& req, Responder& res) {
+    router.add(http::verb::get, "/v1/whoami", {}, [](Request& req, Responder& res) {
       res.json(200, json::object{
                         {"tenant", req.principal->tenant_id},
                         {"admin", req.principal->admin},
@@ -626,7 +626,7 @@ TEST_F(ApiServer, TcpNeedsAKeyAndUnixSocketPassesPeerCredentials) {
                     });
     });
     router.add(
-        http::verb::get, "/healthz",
+        http::verb::get, "/healthz", {},
         [](Request& req, Responder& res) {
           res.raw(200, "text/plain", req.principal ? "?" : "ok");
         },
@@ -702,7 +702,7 @@ struct StreamSlot {
 TEST_F(ApiServer, SseEventsArriveIncrementallyWithIds) {
   auto slot = std::make_shared<StreamSlot>();
   start([slot](Router& router, HttpServer&) {
-    router.add(http::verb::get, "/v1/events", [slot](Request& req, Responder& res) {
+    router.add(http::verb::get, "/v1/events", {}, [slot](Request& req, Responder& res) {
       auto offset = last_event_offset(req);
       slot->last_event_id.set_value(std::string(last_event_id(req).value_or("")) + "/" +
                                     std::to_string(offset && *offset ? **offset : 0));
@@ -741,7 +741,7 @@ TEST_F(ApiServer, SseEventsArriveIncrementallyWithIds) {
 TEST_F(ApiServer, SseClientDisconnectIsObservedByTheProducer) {
   auto slot = std::make_shared<StreamSlot>();
   start([slot](Router& router, HttpServer&) {
-    router.add(http::verb::get, "/v1/events",
+    router.add(http::verb::get, "/v1/events", {},
                [slot](Request&, Responder& res) { slot->stream.set_value(res.start_sse()); });
   });
   TestClient c = client();
@@ -766,7 +766,7 @@ TEST_F(ApiServer, SseClientThatDoesNotReadIsCutOffWithBoundedMemory) {
   config_.stream_buffer_limit = 256 * 1024;
   auto slot = std::make_shared<StreamSlot>();
   start([slot](Router& router, HttpServer&) {
-    router.add(http::verb::get, "/v1/events",
+    router.add(http::verb::get, "/v1/events", {},
                [slot](Request&, Responder& res) { slot->stream.set_value(res.start_sse()); });
   });
   TestClient c = client(16 * 1024);  // a small receive buffer: the kernel holds little
@@ -799,7 +799,7 @@ TEST_F(ApiServer, SseClientThatReadsIsNotCutOff) {
   config_.stream_buffer_limit = 256 * 1024;
   auto slot = std::make_shared<StreamSlot>();
   start([slot](Router& router, HttpServer&) {
-    router.add(http::verb::get, "/v1/events",
+    router.add(http::verb::get, "/v1/events", {},
                [slot](Request&, Responder& res) { slot->stream.set_value(res.start_sse()); });
   });
   TestClient c = client(16 * 1024);
@@ -827,7 +827,7 @@ TEST_F(ApiServer, ChunkedDownloadWithBlockingBackpressureThenKeepAlive) {
   config_.stream_buffer_limit = 256 * 1024;
   constexpr std::size_t kTotal = 3 * 1024 * 1024;
   start([](Router& router, HttpServer& server) {
-    router.add(http::verb::get, "/v1/download", [&server](Request&, Responder& res) {
+    router.add(http::verb::get, "/v1/download", {}, [&server](Request&, Responder& res) {
       auto writer = res.start_chunked(200, "application/octet-stream");
       server.post_blocking([writer] {
         std::string chunk(64 * 1024, '\0');
@@ -893,9 +893,9 @@ TEST(ApiError, InternalFailuresMapToStableCodes) {
 TEST(ApiRouter, LiteralSegmentsBeatCaptures) {
   Router router;
   std::string hit;
-  router.add(http::verb::get, "/v1/templates/{name}",
+  router.add(http::verb::get, "/v1/templates/{name}", {},
              [&](Request&, Responder&) { hit = "capture"; });
-  router.add(http::verb::get, "/v1/templates/builtin",
+  router.add(http::verb::get, "/v1/templates/builtin", {},
              [&](Request&, Responder&) { hit = "literal"; });
   auto m = router.match(http::verb::get, {"v1", "templates", "builtin"});
   ASSERT_NE(m.route, nullptr);

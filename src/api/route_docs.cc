@@ -1,0 +1,328 @@
+// One RouteDoc per v1 route (API.md): what each handler reads (path and query
+// parameters, body) and answers (success schemas, the error codes it can choose).
+// The handlers live in routes_*.cc; keep a doc next to the truth of its handler.
+#include "api/route_docs.h"
+
+#include <boost/json.hpp>
+
+namespace cela::api::docs {
+namespace json = boost::json;
+
+namespace {
+
+ParamDoc session_id() {
+  return path_param("id", "session id (s-...)");
+}
+ParamDoc exec_id() {
+  return path_param("eid", "exec id (e-...)");
+}
+ParamDoc file_path(std::string description) {
+  return query_param("path", string_schema("absolute path inside the session's root"),
+                     std::move(description), true);
+}
+
+json::value binary() {
+  return json::object{{"type", "string"}, {"format", "binary"}};
+}
+
+}  // namespace
+
+// ---- health, OpenAPI, tenants and keys (routes_admin.cc) ----
+
+const RouteDoc healthz{
+    .operation_id = "healthz",
+    .tag = "health",
+    .summary = "Liveness",
+    .description = "Public: no key needed.",
+    .responses = {json_response(200, "the daemon answers", ref("Health"))},
+};
+
+const RouteDoc readyz{
+    .operation_id = "readyz",
+    .tag = "health",
+    .summary = "Readiness and capacity",
+    .description = "Public: no key needed.",
+    .responses = {json_response(
+        200, "ready, with the number of live sessions and the host-wide limit", ref("Readiness"))},
+};
+
+const RouteDoc openapi{
+    .operation_id = "getOpenApi",
+    .tag = "health",
+    .summary = "This document",
+    .description = "Public. Generated from the daemon's route table.",
+    .responses = {json_response(200, "the OpenAPI 3.0 description of every route",
+                                ref("OpenApiDocument"))},
+};
+
+const RouteDoc create_tenant{
+    .operation_id = "createTenant",
+    .tag = "admin",
+    .summary = "Create a tenant with quotas (admin key)",
+    .description = "Quotas not given take the config's defaults; 0 means unlimited.",
+    .body = {json_body(ref("CreateTenant"), true)},
+    .responses = {json_response(201, "the tenant", ref("Tenant"))},
+    .errors = {"forbidden"},
+};
+
+const RouteDoc create_key{
+    .operation_id = "createKey",
+    .tag = "admin",
+    .summary = "Issue an API key for a tenant (admin key); the key is shown once",
+    .params = {path_param("t", "tenant id (t-...)")},
+    .body = {json_body(ref("CreateKey"))},
+    .responses = {json_response(201, "the key; only its sha256 is stored", ref("Key"))},
+    .errors = {"forbidden", "not_found"},
+};
+
+// ---- sessions (routes_sessions.cc) ----
+
+const RouteDoc create_session{
+    .operation_id = "createSession",
+    .tag = "sessions",
+    .summary = "Create a session; answers once its init is up and can run code",
+    .description =
+        "Asking for network other than {\"mode\": \"none\"}, packages other than off, secrets or "
+        "volumes answers policy_denied until those features land.",
+    .params = {query_param("wait_s", bounded(integer_schema(), 0, 300),
+                           "wait this long for host capacity, then answer 503 as without it")},
+    .body = {json_body(ref("CreateSession"), false, "every field optional")},
+    .responses = {json_response(201, "the session, ready", ref("Session"))},
+    .errors = {"policy_denied", "quota_exceeded", "capacity_exceeded"},
+};
+
+const RouteDoc list_sessions{
+    .operation_id = "listSessions",
+    .tag = "sessions",
+    .summary = "List the tenant's sessions, newest first",
+    .params =
+        {query_param(
+             "state",
+             enum_schema({"starting", "ready", "running", "paused", "terminated", "failed"}),
+             "only sessions in this state"),
+         query_param(
+             "metadata.K", string_schema(),
+             "any parameter metadata.<key>=<value>: only sessions whose metadata <key> is <value> "
+             "(several keys: all must match)"),
+         query_param("limit", bounded(integer_schema(), 1, 1000), "page size"),
+         query_param("cursor", string_schema(), "next_cursor of the previous page")},
+    .responses = {json_response(200, "one page", ref("SessionList"))},
+};
+
+const RouteDoc get_session{
+    .operation_id = "getSession",
+    .tag = "sessions",
+    .summary = "Get a session (also after it ended)",
+    .params = {session_id()},
+    .responses = {json_response(200, "the session", ref("Session"))},
+    .errors = {"not_found"},
+};
+
+const RouteDoc patch_session{
+    .operation_id = "patchSession",
+    .tag = "sessions",
+    .summary = "Change a live session: ttl_s (it lives that many more seconds)",
+    .params = {session_id()},
+    .body = {json_body(ref("PatchSession"), true)},
+    .responses = {json_response(200, "the session", ref("Session"))},
+    .errors = {"not_found", "gone", "policy_denied"},
+};
+
+const RouteDoc delete_session{
+    .operation_id = "deleteSession",
+    .tag = "sessions",
+    .summary = "Terminate a session; idempotent",
+    .description = "A second DELETE answers the same final record.",
+    .params = {session_id()},
+    .responses = {json_response(200, "the final record with the cleanup report",
+                                ref("DeletedSession"))},
+    .errors = {"not_found"},
+};
+
+// ---- execs (routes_sessions.cc) ----
+
+const RouteDoc start_exec{
+    .operation_id = "startExec",
+    .tag = "execs",
+    .summary = "Start an exec; answers once init has started it",
+    .params = {session_id()},
+    .body = {json_body(ref("ExecRequest"), true)},
+    .responses = {json_response(202, "running, or failed when init could not start it",
+                                ref("ExecStarted"))},
+    .errors = {"not_found", "gone"},
+};
+
+const RouteDoc run_exec{
+    .operation_id = "runExec",
+    .tag = "execs",
+    .summary = "Run an exec to its end; answers the record with its output",
+    .description =
+        "stdout and stderr are UTF-8 text, or both base64 with \"encoding\": \"base64\".",
+    .params = {session_id()},
+    .body = {json_body(ref("ExecRequest"), true)},
+    .responses = {json_response(200, "the finished record and its output", ref("ExecResult"))},
+    .errors = {"not_found", "gone"},
+};
+
+const RouteDoc get_exec{
+    .operation_id = "getExec",
+    .tag = "execs",
+    .summary = "Get an exec record",
+    .params = {session_id(), exec_id()},
+    .responses = {json_response(200, "the exec", ref("Exec"))},
+    .errors = {"not_found"},
+};
+
+const RouteDoc exec_output{
+    .operation_id = "getExecOutput",
+    .tag = "execs",
+    .summary = "Output after the end, or live as server-sent events with ?follow=1",
+    .description =
+        "With follow: events `stdout` and `stderr` (data = base64 of the chunk), then `exit` (data "
+        "= "
+        "the exec record). Each event's id is \"<stdout offset>,<stderr offset>\"; reconnecting "
+        "with "
+        "Last-Event-ID replays exactly what came after it. Works after the end too.",
+    .params = {session_id(), exec_id(),
+               query_flag("follow",
+                          "stream as text/event-stream instead of answering the whole output"),
+               ParamDoc{"Last-Event-ID", "header", string_schema("<stdout offset>,<stderr offset>"),
+                        "with follow: resume after this position"}},
+    .responses = {ResponseDoc{
+        200,
+        "the output (JSON), or with follow the event stream",
+        {ContentDoc{"application/json", ref("ExecOutput")},
+         ContentDoc{"text/event-stream",
+                    string_schema("events stdout, stderr (base64 data) and exit")}},
+        {}}},
+    .errors = {"not_found", "conflict"},
+};
+
+const RouteDoc write_stdin{
+    .operation_id = "writeStdin",
+    .tag = "execs",
+    .summary = "Write the raw body to the exec's stdin (?close=1 closes it after)",
+    .params = {session_id(), exec_id(), query_flag("close", "close stdin after writing the body")},
+    .body = {raw_body("application/octet-stream", "bytes for stdin (may be empty)")},
+    .responses = {empty_response(204, "written")},
+    .errors = {"not_found", "gone", "conflict"},
+};
+
+const RouteDoc kill_exec{
+    .operation_id = "killExec",
+    .tag = "execs",
+    .summary = "Signal every process of the exec's cgroup, SIGKILL after grace_s",
+    .params = {session_id(), exec_id()},
+    .body = {json_body(ref("KillRequest"))},
+    .responses = {json_response(
+        202, "the signal was sent (or the record of an exec that had ended)", ref("KillAccepted"))},
+    .errors = {"not_found", "gone"},
+};
+
+// ---- files (routes_files.cc) ----
+
+const RouteDoc write_file{
+    .operation_id = "writeFile",
+    .tag = "files",
+    .summary = "Upload a file (the raw body), owned by the sandbox's user",
+    .params = {session_id(), file_path("the file to write"),
+               query_param("mode", string_schema("octal, e.g. 0644 (at most 07777)"),
+                           "permission bits"),
+               query_flag("parents", "create missing parent directories")},
+    .body = {raw_body("application/octet-stream", "the file's bytes")},
+    .responses = {json_response(201, "written", ref("FileWritten"))},
+    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+};
+
+const RouteDoc read_file{
+    .operation_id = "readFile",
+    .tag = "files",
+    .summary = "Download a file",
+    .params = {session_id(), file_path("the file to read")},
+    .responses = {ResponseDoc{
+        200, "the file's bytes", {ContentDoc{"application/octet-stream", binary()}}, {}}},
+    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+};
+
+const RouteDoc stat_file{
+    .operation_id = "statFile",
+    .tag = "files",
+    .summary = "Size, mtime and type of a path, as headers",
+    .params = {session_id(), file_path("the path to look at")},
+    .responses = {ResponseDoc{
+        200,
+        "headers only",
+        {},
+        {HeaderDoc{"X-Cela-Size", "size in bytes", integer_schema()},
+         HeaderDoc{"X-Cela-Mtime-Ms", "mtime, milliseconds since the epoch", integer_schema()},
+         HeaderDoc{"X-Cela-Type", "file, dir, symlink or other",
+                   enum_schema({"file", "dir", "symlink", "other"})}}}},
+    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+};
+
+const RouteDoc delete_file{
+    .operation_id = "deleteFile",
+    .tag = "files",
+    .summary = "Delete a file or (with ?recursive=1) a directory tree",
+    .params = {session_id(), file_path("the path to delete"),
+               query_flag("recursive", "delete a directory and everything in it")},
+    .responses = {empty_response(204, "deleted")},
+    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+};
+
+const RouteDoc list_dir{
+    .operation_id = "listDirectory",
+    .tag = "files",
+    .summary = "List a directory",
+    .params = {session_id(), query_param("path", string_schema(), "the directory; default /"),
+               query_param("depth", bounded(integer_schema(), 1, 64),
+                           "levels to descend; default 1")},
+    .responses = {json_response(200, "the entries", ref("DirListing"))},
+    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+};
+
+const RouteDoc make_dir{
+    .operation_id = "makeDirectory",
+    .tag = "files",
+    .summary = "Create a directory",
+    .params = {session_id()},
+    .body = {json_body(ref("MkdirRequest"), true)},
+    .responses = {json_response(201, "created", ref("PathResult"))},
+    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+};
+
+const RouteDoc move_path{
+    .operation_id = "movePath",
+    .tag = "files",
+    .summary = "Move or rename a path",
+    .params = {session_id()},
+    .body = {json_body(ref("MoveRequest"), true)},
+    .responses = {json_response(200, "moved", ref("MoveResult"))},
+    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+};
+
+const RouteDoc export_archive{
+    .operation_id = "exportArchive",
+    .tag = "files",
+    .summary = "Export a directory as a tar stream",
+    .description =
+        "Symlinks are kept as symlinks, special files skipped, size-capped. A tar cut short by an "
+        "error ends without its end-of-archive blocks (the chunked answer is aborted).",
+    .params = {session_id(), file_path("the directory to export")},
+    .responses = {ResponseDoc{
+        200, "a tar of the directory", {ContentDoc{"application/x-tar", binary()}}, {}}},
+    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+};
+
+const RouteDoc import_archive{
+    .operation_id = "importArchive",
+    .tag = "files",
+    .summary = "Extract a tar (the raw body) into a directory",
+    .description = "Absolute paths, .., device nodes and links that point out are refused.",
+    .params = {session_id(), file_path("the directory to extract into")},
+    .body = {raw_body("application/x-tar", "a tar archive")},
+    .responses = {json_response(200, "extracted", ref("ArchiveImported"))},
+    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+};
+
+}  // namespace cela::api::docs

@@ -1,0 +1,91 @@
+// The documentation of cela's v1 routes (API.md), one RouteDoc per registered route,
+// and the shared component schemas they refer to. The route files pass these to
+// Router::add; openapi.cc turns the router's table into the OpenAPI document.
+//
+// Component schemas (route_docs_schemas.cc) follow the code that renders each answer:
+// store/records.cc to_json (Session, Exec, Tenant), session/manager.cc (SessionList,
+// DeletedSession, ExecStarted, ExecResult), routes_*.cc (ExecOutput, FileInfo, ...),
+// http_error.cc (Error). Change the renderer, change the schema.
+#pragma once
+
+#include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "api/route_doc.h"
+
+namespace cela::api {
+
+// components.schemas of the document: name -> schema.
+const boost::json::object& component_schemas();
+
+namespace docs {
+
+// ---- schema helpers (OpenAPI 3.0 flavour of JSON Schema) ----
+boost::json::value ref(std::string_view component);  // {"$ref": "#/components/schemas/X"}
+boost::json::value string_schema(std::string description = {});
+boost::json::value integer_schema(std::string description = {});
+boost::json::value number_schema(std::string description = {});
+boost::json::value boolean_schema(std::string description = {});
+boost::json::value enum_schema(std::initializer_list<std::string_view> values,
+                               std::string description = {});
+boost::json::value array_of(boost::json::value items, std::string description = {});
+boost::json::value string_map(std::string description = {});  // {"K": "V"}
+// A schema that may also be null (for a $ref: allOf + nullable).
+boost::json::value nullable(boost::json::value schema);
+// A closed object (additionalProperties false): what the strict JSON readers accept.
+boost::json::value object_schema(
+    std::initializer_list<std::pair<std::string_view, boost::json::value>> properties,
+    std::initializer_list<std::string_view> required = {}, std::string description = {},
+    bool closed = true);
+// Minimum/maximum on a number or integer schema.
+boost::json::value bounded(boost::json::value schema, double minimum, double maximum);
+
+// ---- parameter, body and response helpers ----
+ParamDoc path_param(std::string name, std::string description);
+ParamDoc query_param(std::string name, boost::json::value schema, std::string description,
+                     bool required = false);
+// A query flag as Request::query_flag reads it: 1/0, true/false, yes/no; present
+// without a value means true.
+ParamDoc query_flag(std::string name, std::string description);
+RequestBodyDoc json_body(boost::json::value schema, bool required = false,
+                         std::string description = {});
+RequestBodyDoc raw_body(std::string media_type, std::string description);
+ResponseDoc json_response(int status, std::string description, boost::json::value schema);
+ResponseDoc empty_response(int status, std::string description);
+
+// ---- the routes (in routes_admin.cc, routes_sessions.cc, routes_files.cc) ----
+extern const RouteDoc healthz;
+extern const RouteDoc readyz;
+extern const RouteDoc openapi;
+extern const RouteDoc create_tenant;
+extern const RouteDoc create_key;
+
+extern const RouteDoc create_session;
+extern const RouteDoc list_sessions;
+extern const RouteDoc get_session;
+extern const RouteDoc patch_session;
+extern const RouteDoc delete_session;
+extern const RouteDoc start_exec;
+extern const RouteDoc run_exec;
+extern const RouteDoc get_exec;
+extern const RouteDoc exec_output;
+extern const RouteDoc write_stdin;
+extern const RouteDoc kill_exec;
+
+extern const RouteDoc write_file;
+extern const RouteDoc read_file;
+extern const RouteDoc stat_file;
+extern const RouteDoc delete_file;
+extern const RouteDoc list_dir;
+extern const RouteDoc make_dir;
+extern const RouteDoc move_path;
+extern const RouteDoc export_archive;
+extern const RouteDoc import_archive;
+
+}  // namespace docs
+}  // namespace cela::api

@@ -1,0 +1,400 @@
+// The schema helpers of route_docs.h and the shared component schemas: the shapes of
+// what cela answers, each written next to the name of the code that renders it.
+#include <boost/json.hpp>
+
+#include "api/route_docs.h"
+
+namespace cela::api {
+namespace json = boost::json;
+
+namespace docs {
+namespace {
+
+json::object typed(std::string_view type, std::string description) {
+  json::object o{{"type", type}};
+  if (!description.empty()) o["description"] = std::move(description);
+  return o;
+}
+
+}  // namespace
+
+json::value ref(std::string_view component) {
+  return json::object{{"$ref", "#/components/schemas/" + std::string(component)}};
+}
+
+json::value string_schema(std::string description) {
+  return typed("string", std::move(description));
+}
+json::value integer_schema(std::string description) {
+  json::object o = typed("integer", std::move(description));
+  o["format"] = "int64";
+  return o;
+}
+json::value number_schema(std::string description) {
+  return typed("number", std::move(description));
+}
+json::value boolean_schema(std::string description) {
+  return typed("boolean", std::move(description));
+}
+
+json::value enum_schema(std::initializer_list<std::string_view> values, std::string description) {
+  json::object o = typed("string", std::move(description));
+  json::array a;
+  for (std::string_view v : values) a.emplace_back(v);
+  o["enum"] = std::move(a);
+  return o;
+}
+
+json::value array_of(json::value items, std::string description) {
+  json::object o = typed("array", std::move(description));
+  o["items"] = std::move(items);
+  return o;
+}
+
+json::value string_map(std::string description) {
+  json::object o = typed("object", std::move(description));
+  o["additionalProperties"] = json::object{{"type", "string"}};
+  return o;
+}
+
+json::value nullable(json::value schema) {
+  json::object& o = schema.as_object();
+  // A $ref ignores its siblings in OpenAPI 3.0: wrap it.
+  if (o.contains("$ref")) return json::object{{"allOf", json::array{schema}}, {"nullable", true}};
+  o["nullable"] = true;
+  return schema;
+}
+
+json::value object_schema(
+    std::initializer_list<std::pair<std::string_view, json::value>> properties,
+    std::initializer_list<std::string_view> required, std::string description, bool closed) {
+  json::object o = typed("object", std::move(description));
+  json::object props;
+  for (const auto& [name, schema] : properties) props[name] = schema;
+  o["properties"] = std::move(props);
+  if (required.size() > 0) {
+    json::array r;
+    for (std::string_view name : required) r.emplace_back(name);
+    o["required"] = std::move(r);
+  }
+  o["additionalProperties"] = !closed;
+  return o;
+}
+
+json::value bounded(json::value schema, double minimum, double maximum) {
+  json::object& o = schema.as_object();
+  bool integer = o.at("type").as_string() == "integer";
+  o["minimum"] = integer ? json::value(static_cast<std::int64_t>(minimum)) : json::value(minimum);
+  o["maximum"] = integer ? json::value(static_cast<std::int64_t>(maximum)) : json::value(maximum);
+  return schema;
+}
+
+ParamDoc path_param(std::string name, std::string description) {
+  return ParamDoc{std::move(name), "path", string_schema(), std::move(description), true};
+}
+
+ParamDoc query_param(std::string name, json::value schema, std::string description, bool required) {
+  return ParamDoc{std::move(name), "query", std::move(schema), std::move(description), required};
+}
+
+ParamDoc query_flag(std::string name, std::string description) {
+  return ParamDoc{std::move(name), "query",
+                  enum_schema({"1", "0", "true", "false", "yes", "no", ""},
+                              "1/true/yes or 0/false/no; present without a value means true"),
+                  std::move(description), false};
+}
+
+RequestBodyDoc json_body(json::value schema, bool required, std::string description) {
+  return RequestBodyDoc{
+      std::move(description), {ContentDoc{"application/json", std::move(schema)}}, required};
+}
+
+RequestBodyDoc raw_body(std::string media_type, std::string description) {
+  return RequestBodyDoc{
+      std::move(description),
+      {ContentDoc{std::move(media_type), json::object{{"type", "string"}, {"format", "binary"}}}},
+      false};
+}
+
+ResponseDoc json_response(int status, std::string description, json::value schema) {
+  return ResponseDoc{
+      status, std::move(description), {ContentDoc{"application/json", std::move(schema)}}, {}};
+}
+
+ResponseDoc empty_response(int status, std::string description) {
+  return ResponseDoc{status, std::move(description), {}, {}};
+}
+
+}  // namespace docs
+
+namespace {
+using namespace docs;
+
+json::value timestamp(std::string description = "RFC 3339 UTC with milliseconds") {
+  json::object o = string_schema(std::move(description)).as_object();
+  o["format"] = "date-time";
+  return o;
+}
+
+// http_error.cc error_body.
+json::value error_schema() {
+  return object_schema(
+      {{"error", object_schema(
+                     {{"code", string_schema(
+                                   "stable machine code: invalid_request, unauthorized, forbidden, "
+                                   "policy_denied, not_found, method_not_allowed, request_timeout, "
+                                   "conflict, gone, payload_too_large, unsupported_media_type, "
+                                   "quota_exceeded, rate_limited, internal, capacity_exceeded")},
+                      {"category", enum_schema({"user", "policy", "quota", "platform"})},
+                      {"message", string_schema("one human line")},
+                      {"session_id", nullable(string_schema())},
+                      {"exec_id", nullable(string_schema())},
+                      {"request_id", string_schema("also in the daemon's log")},
+                      {"retryable", boolean_schema()},
+                      {"retry_after_s", nullable(integer_schema("also sent as Retry-After"))}},
+                     {"code", "category", "message", "session_id", "exec_id", "request_id",
+                      "retryable", "retry_after_s"})}},
+      {"error"}, "every non-2xx answer (API.md \"Errors\")");
+}
+
+// session/manager.cc parse_create: the accepted limits (all optional on create; the
+// session object carries every one of them).
+json::value limits_schema(bool all_required) {
+  auto make = [&](std::initializer_list<std::string_view> required) {
+    return object_schema({{"cpus", number_schema("CPUs (fractions allowed), > 0")},
+                          {"memory_mb", integer_schema("at least 16")},
+                          {"disk_mb", integer_schema("size of the writable layer")},
+                          {"pids", integer_schema()},
+                          {"ttl_s", integer_schema("the session ends this long after it starts")},
+                          {"idle_timeout_s", integer_schema("no exec running and no API activity")},
+                          {"exec_timeout_s", integer_schema("default timeout_s of an exec")}},
+                         required, "defaults and maxima come from the daemon's config");
+  };
+  if (all_required)
+    return make(
+        {"cpus", "memory_mb", "disk_mb", "pids", "ttl_s", "idle_timeout_s", "exec_timeout_s"});
+  return make({});
+}
+
+// store/records.cc to_json(SessionRecord).
+json::value session_schema() {
+  return object_schema(
+      {{"id", string_schema("s-<16 hex>")},
+       {"state", enum_schema({"starting", "ready", "running", "paused", "terminated", "failed"})},
+       {"template", string_schema("name@version")},
+       {"limits", ref("Limits")},
+       {"network", ref("Network")},
+       {"created_at", timestamp()},
+       {"ready_at", nullable(timestamp())},
+       {"expires_at", nullable(timestamp())},
+       {"metadata", string_map()},
+       {"termination", nullable(ref("Termination"))},
+       {"startup_ms", nullable(integer_schema("wall time of the create"))},
+       {"cleanup", ref("Cleanup")}},
+      {"id", "state", "template", "limits", "network", "created_at", "ready_at", "expires_at",
+       "metadata", "termination", "startup_ms"},
+      "a session; `cleanup` once it has been cleaned up");
+}
+
+// store/records.cc to_json(ExecRecord): `argv` or `cmd`, never both.
+json::value exec_schema() {
+  return object_schema(
+      {{"id", string_schema("e-<16 hex>")},
+       {"session_id", string_schema()},
+       {"argv", array_of(string_schema(), "when started with argv")},
+       {"cmd", string_schema("when started with cmd")},
+       {"cwd", string_schema()},
+       {"user", enum_schema({"user", "root"})},
+       {"state", enum_schema({"running", "exited", "killed", "timed_out", "oom_killed", "failed"})},
+       {"exit_code", nullable(integer_schema())},
+       {"signal", nullable(integer_schema("the signal that ended the main process"))},
+       {"reason",
+        nullable(string_schema("one line, e.g. \"memory limit 512 MiB reached; killed by OOM\""))},
+       {"started_at", timestamp()},
+       {"ended_at", nullable(timestamp())},
+       {"duration_ms", nullable(integer_schema())},
+       {"cpu_ms", nullable(integer_schema())},
+       {"peak_memory_bytes", nullable(integer_schema())},
+       {"stdout_bytes", integer_schema()},
+       {"stderr_bytes", integer_schema()},
+       {"output_truncated", boolean_schema("past the per-stream cap")},
+       {"partial", boolean_schema("produced output, then failed")}},
+      {"id", "session_id", "cwd", "user", "state", "exit_code", "signal", "reason", "started_at",
+       "ended_at", "duration_ms", "cpu_ms", "peak_memory_bytes", "stdout_bytes", "stderr_bytes",
+       "output_truncated", "partial"},
+      "an exec record");
+}
+
+// routes_sessions.cc run: the record plus its output (both base64 when either is not
+// UTF-8). Spelled out rather than allOf: Exec is closed.
+json::value exec_result_schema() {
+  json::value v = exec_schema();
+  json::object& o = v.as_object();
+  o["description"] = "a finished exec record with its output";
+  json::object& props = o["properties"].as_object();
+  props["stdout"] = string_schema();
+  props["stderr"] = string_schema();
+  props["encoding"] = enum_schema({"base64"}, "present when either stream is not UTF-8");
+  o["required"].as_array().emplace_back("stdout");
+  o["required"].as_array().emplace_back("stderr");
+  return v;
+}
+
+// session/manager.cc parse_exec.
+json::value exec_request_schema() {
+  json::object o =
+      object_schema(
+          {{"argv", array_of(string_schema(),
+                             "the program and its arguments (exactly one of argv and cmd)")},
+           {"cmd", string_schema("a shell line run by /bin/sh -c (exactly one of argv and cmd)")},
+           {"cwd", string_schema("absolute path inside the sandbox")},
+           {"env", string_map("added to the session's environment")},
+           {"timeout_s",
+            number_schema("> 0, fractions allowed; default: the session's exec_timeout_s")},
+           {"stdin", nullable(string_schema("written to stdin first"))},
+           {"stdin_open", boolean_schema("keep stdin open after `stdin` (write with .../stdin)")},
+           {"user", enum_schema({"user", "root"}, "default user")},
+           {"tty", boolean_schema("only false: terminals are not available yet")}})
+          .as_object();
+  o["oneOf"] = json::array{json::object{{"required", json::array{"argv"}}},
+                           json::object{{"required", json::array{"cmd"}}}};
+  return o;
+}
+
+}  // namespace
+
+const json::object& component_schemas() {
+  static const json::object schemas = [] {
+    json::object s;
+    s["Error"] = error_schema();
+    s["Health"] = object_schema({{"status", enum_schema({"ok"})}}, {"status"});
+    s["Readiness"] = object_schema({{"status", enum_schema({"ready"})},
+                                    {"live_sessions", integer_schema()},
+                                    {"max_sessions", integer_schema()}},
+                                   {"status", "live_sessions", "max_sessions"});
+    s["OpenApiDocument"] =
+        object_schema({}, {"openapi", "info", "paths"}, "an OpenAPI 3.0 document", false);
+
+    s["Limits"] = limits_schema(true);
+    s["LimitsRequest"] = limits_schema(false);
+    s["Network"] = object_schema(
+        {{"mode", enum_schema({"none", "allowlist"})}, {"allow", array_of(string_schema())}},
+        {"mode"});
+    s["Termination"] = object_schema(
+        {{"reason", string_schema("deleted, ttl_expired, idle_timeout, init_died, daemon_restart, "
+                                  "daemon_shutdown, start_failed, ...")},
+         {"at", nullable(timestamp())},
+         {"message", string_schema()}},
+        {"reason", "at"});
+    // session/manager.cc terminate: {} until a live session has been cleaned up.
+    s["Cleanup"] = object_schema({{"processes_killed", integer_schema()},
+                                  {"cgroup_removed", boolean_schema()},
+                                  {"mounts_removed", boolean_schema()},
+                                  {"upper_dir_freed", boolean_schema()},
+                                  {"secrets_wiped", integer_schema()},
+                                  {"error", string_schema("what could not be cleaned up")}});
+    s["Session"] = session_schema();
+    s["DeletedSession"] = json::object{
+        {"allOf", json::array{ref("Session"), object_schema({{"cleanup", ref("Cleanup")}},
+                                                            {"cleanup"}, {}, false)}}};
+    s["SessionList"] = object_schema(
+        {{"sessions", array_of(ref("Session"), "newest first")},
+         {"next_cursor", nullable(string_schema("pass as ?cursor= for the next page"))}},
+        {"sessions", "next_cursor"});
+    s["CreateSession"] = object_schema(
+        {{"template", string_schema("template name; default from the config")},
+         {"limits", ref("LimitsRequest")},
+         {"env", string_map()},
+         {"metadata", string_map("filterable with ?metadata.K=V")},
+         {"network", object_schema({{"mode", enum_schema({"none", "allowlist"})}}, {},
+                                   "only mode none for now", false)},
+         {"packages", object_schema({{"mode", enum_schema({"off", "offline", "gateway"})}}, {},
+                                    "only mode off for now", false)},
+         {"secrets",
+          array_of(json::object{{"type", "object"}}, "refused (policy_denied) unless empty")},
+         {"volumes",
+          array_of(json::object{{"type", "object"}}, "refused (policy_denied) unless empty")},
+         {"pool", json::object{{"description", "accepted, not used yet"}}}},
+        {}, "every field optional");
+    s["PatchSession"] = object_schema(
+        {{"ttl_s", number_schema("the session lives this many more seconds")},
+         {"network",
+          json::object{{"type", "object"}, {"description", "refused (policy_denied) for now"}}}});
+
+    s["ExecRequest"] = exec_request_schema();
+    s["ExecStarted"] = object_schema(
+        {{"id", string_schema()}, {"state", enum_schema({"running", "failed"})}}, {"id", "state"});
+    s["Exec"] = exec_schema();
+    s["ExecResult"] = exec_result_schema();
+    s["ExecOutput"] = object_schema(
+        {{"stdout", string_schema()},
+         {"stderr", string_schema()},
+         {"encoding", enum_schema({"base64"}, "present when either stream is not UTF-8")},
+         {"output_truncated", boolean_schema()}},
+        {"stdout", "stderr", "output_truncated"});
+    s["KillRequest"] = object_schema(
+        {{"signal",
+          enum_schema({"SIGTERM", "SIGKILL", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"},
+                      "default SIGTERM")},
+         {"grace_s", bounded(number_schema("then SIGKILL to the whole tree; default 2"), 0, 300)}});
+    // session/manager.cc kill_exec: the signal sent, or the record of an exec that had ended.
+    s["KillAccepted"] = json::object{
+        {"anyOf", json::array{object_schema({{"id", string_schema()},
+                                             {"state", enum_schema({"running"})},
+                                             {"signal", integer_schema("the signal number sent")}},
+                                            {"id", "state", "signal"}),
+                              ref("Exec")}}};
+
+    s["FileWritten"] =
+        object_schema({{"path", string_schema()},
+                       {"size", integer_schema()},
+                       {"sha256", string_schema("lower-case hex of the bytes written")}},
+                      {"path", "size", "sha256"});
+    // routes_files.cc info_json.
+    s["FileInfo"] =
+        object_schema({{"name", string_schema()},
+                       {"path", string_schema()},
+                       {"type", enum_schema({"file", "dir", "symlink", "other"})},
+                       {"size", integer_schema()},
+                       {"mode", integer_schema("permission bits (07777) as a number")},
+                       {"mtime", integer_schema("milliseconds since the epoch")},
+                       {"symlink_target", nullable(string_schema())}},
+                      {"name", "path", "type", "size", "mode", "mtime", "symlink_target"});
+    s["DirListing"] = object_schema(
+        {{"path", string_schema()}, {"entries", array_of(ref("FileInfo"))}}, {"path", "entries"});
+    s["MkdirRequest"] =
+        object_schema({{"path", string_schema()}, {"parents", boolean_schema()}}, {"path"});
+    s["PathResult"] = object_schema({{"path", string_schema()}}, {"path"});
+    s["MoveRequest"] = object_schema(
+        {{"from", string_schema()}, {"to", string_schema()}, {"overwrite", boolean_schema()}},
+        {"from", "to"});
+    s["MoveResult"] =
+        object_schema({{"from", string_schema()}, {"to", string_schema()}}, {"from", "to"});
+    s["ArchiveImported"] =
+        object_schema({{"path", string_schema()}, {"entries", integer_schema("entries extracted")}},
+                      {"path", "entries"});
+
+    s["Quotas"] = object_schema({{"max_sessions", integer_schema("0 = unlimited")},
+                                 {"max_memory_mb", integer_schema("0 = unlimited")},
+                                 {"max_cpus", number_schema("0 = unlimited")}});
+    s["CreateTenant"] =
+        object_schema({{"name", string_schema()}, {"quotas", ref("Quotas")}}, {"name"});
+    // store/records.cc to_json(TenantRecord).
+    s["Tenant"] = object_schema({{"id", string_schema("t-<16 hex>")},
+                                 {"name", string_schema()},
+                                 {"quotas", ref("Quotas")},
+                                 {"created_at", timestamp()}},
+                                {"id", "name", "quotas", "created_at"});
+    s["CreateKey"] = object_schema({{"admin", boolean_schema("default false")}});
+    s["Key"] = object_schema(
+        {{"id", string_schema("k-<16 hex>, safe to show and log")},
+         {"tenant_id", string_schema()},
+         {"key", string_schema("cela_<64 hex>: shown once, only its sha256 is stored")},
+         {"admin", boolean_schema()}},
+        {"id", "tenant_id", "key", "admin"});
+    return s;
+  }();
+  return schemas;
+}
+
+}  // namespace cela::api
