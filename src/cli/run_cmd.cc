@@ -20,6 +20,8 @@
 #include "jail/sandbox.h"
 #include "jail/userns.h"
 #include "rootfs/template.h"
+#include "runtime/jail.h"
+#include "session/exec_env.h"
 
 namespace cela::cli {
 namespace {
@@ -76,30 +78,24 @@ Result<Plan> make_plan(const RunOptions& o, const rootfs::Template& tmpl) {
   p.spec.limits = {*memory, o.cpus, o.pids};
   p.timeout_ms = static_cast<uint64_t>(timeout->count());
 
-  bool root = o.user == "root";
-  std::string home = root ? "/root" : "/home/user";
-  p.exec.argv = o.command;
-  p.exec.uid = p.exec.gid = root ? 0 : 1000;
-  p.exec.cwd = o.cwd.empty() ? home : o.cwd;
-  p.exec.fsize_bytes = *disk;
   if (o.allow_sudo && o.no_allow_sudo)
     return fail(ErrorCode::invalid_argument, "--allow-sudo and --no-allow-sudo contradict each other");
-  bool allow_sudo = o.allow_sudo || (tmpl.allow_sudo && !o.no_allow_sudo);
-  p.exec.no_new_privs = !allow_sudo;
-  p.exec.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                "HOME=" + home,
-                "USER=" + o.user,
-                "LOGNAME=" + o.user,
-                "LANG=C.UTF-8",
-                "TERM=dumb"};
+  // The same identity, environment and privilege rules as a daemon session's exec.
+  session::ExecEnvInput in;
+  in.argv = o.command;
+  in.user = o.user == "root" ? session::ExecUser::root : session::ExecUser::user;
+  in.cwd = o.cwd;
+  in.allow_sudo = o.allow_sudo || (tmpl.allow_sudo && !o.no_allow_sudo);
+  in.fsize_bytes = *disk;
   for (const auto& kv : o.env) {
     auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0)
       return fail(ErrorCode::invalid_argument, "bad --env '" + kv + "' (want K=V)");
-    std::string key = kv.substr(0, eq + 1);
-    std::erase_if(p.exec.env, [&](const std::string& e) { return e.starts_with(key); });
-    p.exec.env.push_back(kv);
+    in.env.push_back(kv);
   }
+  auto process = session::process_spec(tmpl.user, in);
+  if (!process) return std::unexpected(process.error());
+  p.exec = runtime::to_exec_request(*process);
   return p;
 }
 

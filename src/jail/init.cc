@@ -173,6 +173,13 @@ int exec_child(void* arg) {
   const PreparedExec& p = *static_cast<PreparedExec*>(arg);
   const ExecRequest& req = *p.req;
   int report_fd = p.report_fd;
+  // Default dispositions before unmasking: execve keeps *ignored* signals ignored, and
+  // the daemon (or the shell that started it) ignores SIGPIPE, sometimes SIGINT and
+  // SIGQUIT. Without this, `yes | head -c1` complains about a broken pipe and a
+  // forwarded SIGINT does nothing. (No CLONE_SIGHAND: this changes the child only.)
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) (void)::sigaction(sig, &dfl, nullptr);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);

@@ -201,16 +201,8 @@ class JailInstance final : public Instance {
     }
     std::vector<int> fds;
     for (auto& fd : *join) fds.push_back(fd.get());
-    jail::ExecRequest req;
+    jail::ExecRequest req = to_exec_request(spec);
     req.id = id;
-    req.argv = spec.argv;
-    req.env = spec.env;
-    req.cwd = spec.cwd;
-    req.uid = spec.uid;
-    req.gid = spec.gid;
-    req.nofile = spec.nofile;
-    req.fsize_bytes = spec.fsize_bytes;
-    req.no_new_privs = spec.no_new_privs;
     auto e = std::make_unique<JailExec>(*reactor_, std::move(*cg), listener);
     if (auto sent = sandbox_->send_exec(req, fds); !sent) return std::unexpected(sent.error());
     execs_[id] = {e.get(), &listener};
@@ -367,6 +359,19 @@ class JailBackend final : public Backend {
 };
 
 }  // namespace
+
+jail::ExecRequest to_exec_request(const ProcessSpec& spec) {
+  jail::ExecRequest req;
+  req.argv = spec.argv;
+  req.env = spec.env;
+  req.cwd = spec.cwd;
+  req.uid = spec.uid;
+  req.gid = spec.gid;
+  req.nofile = spec.nofile;
+  req.fsize_bytes = spec.fsize_bytes;
+  req.no_new_privs = spec.no_new_privs;
+  return req;
+}
 
 Result<std::unique_ptr<Backend>> open_jail_backend(uint32_t uid_slots) {
   auto mode = jail::detect_cgroup_mode();

@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "jail/protocol.h"
 #include "runtime/runtime.h"
 
 namespace cela::runtime {
@@ -14,5 +15,8 @@ namespace cela::runtime {
 // program every init and exec uses. Each instance holds one host uid slot
 // (jail/userns.h) among the first `uid_slots`. The backend must outlive its instances.
 Result<std::unique_ptr<Backend>> open_jail_backend(uint32_t uid_slots);
+
+// The init protocol's exec request for a process spec (id 0: the caller numbers it).
+jail::ExecRequest to_exec_request(const ProcessSpec& spec);
 
 }  // namespace cela::runtime

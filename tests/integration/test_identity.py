@@ -1,9 +1,13 @@
 """Who sandbox code runs as, seen from inside and from the host."""
+import pytest
 import re
 import time
 from pathlib import Path
 
 from conftest import UID_BASE, run, py, sandbox_pids, wait_until
+
+# Every test runs with `cela run` and again in a daemon session (conftest.runner).
+pytestmark = pytest.mark.usefixtures("runner")
 
 
 def status_of(pid):
@@ -98,3 +102,13 @@ def test_sudo_on_host_template_is_not_available():
     # The host template ships no sudo promise: no_new_privs stays on.
     p = run(["sh", "-c", "grep NoNewPrivs /proc/self/status"])
     assert p.stdout.split()[1] == "1"
+
+
+def test_signals_start_at_their_defaults():
+    # The daemon ignores SIGPIPE (and its parent shell may ignore SIGINT/SIGQUIT);
+    # execve keeps ignored signals ignored, so an exec must start from defaults.
+    p = run(["sh", "-c", "grep -E '^Sig(Ign|Blk)' /proc/self/status; yes | head -c 1 >/dev/null"])
+    assert p.returncode == 0, p.stderr
+    assert "SigIgn:\t0000000000000000" in p.stdout, p.stdout
+    assert "SigBlk:\t0000000000000000" in p.stdout, p.stdout
+    assert "Broken pipe" not in p.stderr, p.stderr

@@ -8,6 +8,9 @@ import pytest
 
 from conftest import py, run
 
+# Every test runs with `cela run` and again in a daemon session (conftest.runner).
+pytestmark = pytest.mark.usefixtures("runner")
+
 # A probe that tries a syscall through ctypes and prints errno (0 = it worked).
 SYSCALL_PROBE = r"""
 import ctypes, json, os, sys
