@@ -1,72 +1,13 @@
-// Strict reading of JSON request bodies, with errors that name the offending field.
-//
-//   auto body = parse_json_object(req.body);
-//   if (!body) return res.error(body.error());
-//   JsonFields fields(*body);
-//   if (auto ok = fields.only({"template", "limits"}); !ok) return res.error(ok.error());
-//   auto limits = fields.object("limits");          // ApiResult<optional<JsonFields>>
-//   auto memory = (*limits)->integer("memory_mb");  // "field `limits.memory_mb` must be an
-//   integer"
+// Request bodies: the strict reader of common/json_fields.h. Its errors are
+// ErrorCode::invalid_argument, which Responder::error(const Error&) and from_error()
+// answer as invalid_request (400) with the field named.
 #pragma once
 
-#include <boost/json/array.hpp>
-#include <boost/json/object.hpp>
-#include <cstdint>
-#include <initializer_list>
-#include <map>
-#include <optional>
-#include <string>
-#include <string_view>
-#include <vector>
-
-#include "api/http_error.h"
+#include "common/json_fields.h"
 
 namespace cela::api {
 
-// One JSON object, parsed strictly (RFC 8259: no comments, no trailing commas, valid
-// UTF-8, nesting depth <= 32). invalid_request on malformed JSON or a non-object.
-// A repeated key keeps its last value (Boost.JSON's behaviour).
-ApiResult<boost::json::object> parse_json_object(std::string_view body);
-
-// Typed access to the fields of one JSON object. Absent and null fields read as
-// std::nullopt; wrong types are invalid_request naming the field by its dotted path.
-// Refers to `object` (which must outlive it); cheap to copy.
-class JsonFields {
- public:
-  explicit JsonFields(const boost::json::object& object, std::string path = {});
-
-  ApiResult<std::optional<std::string>> string(std::string_view key) const;
-  ApiResult<std::optional<double>> number(std::string_view key) const;
-  // Integral numbers only (512 and 512.0 pass; 512.5 and 2^63 do not).
-  ApiResult<std::optional<std::int64_t>> integer(std::string_view key) const;
-  ApiResult<std::optional<bool>> boolean(std::string_view key) const;
-  ApiResult<std::optional<JsonFields>> object(std::string_view key) const;
-  // nullptr when absent or null.
-  ApiResult<const boost::json::array*> array(std::string_view key) const;
-  ApiResult<std::optional<std::vector<std::string>>> string_array(std::string_view key) const;
-  ApiResult<std::optional<std::map<std::string, std::string>>> string_map(
-      std::string_view key) const;
-
-  // The same, with absence an error ("field `argv` is required").
-  ApiResult<std::string> require_string(std::string_view key) const;
-  ApiResult<std::int64_t> require_integer(std::string_view key) const;
-  ApiResult<JsonFields> require_object(std::string_view key) const;
-
-  // invalid_request naming the first field not in `known` ("unknown field `limits.memroy_mb`").
-  ApiResult<void> only(std::initializer_list<std::string_view> known) const;
-
-  // "field `limits.memory_mb` <what>", for range and format checks by callers.
-  ApiError invalid(std::string_view key, std::string_view what) const;
-  // "limits.memory_mb"
-  std::string path_of(std::string_view key) const;
-  const boost::json::object& raw() const { return *object_; }
-
- private:
-  // nullptr when absent or null.
-  const boost::json::value* find(std::string_view key) const;
-
-  const boost::json::object* object_;
-  std::string path_;
-};
+using cela::JsonFields;
+using cela::parse_json_object;
 
 }  // namespace cela::api

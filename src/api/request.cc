@@ -5,7 +5,8 @@
 #include <boost/url/parse.hpp>
 #include <boost/url/url_view.hpp>
 #include <charconv>
-#include <random>
+
+#include "common/random.h"
 
 namespace cela::api {
 
@@ -87,14 +88,6 @@ ApiResult<ParsedTarget> parse_target(std::string_view target) {
   return parsed;
 }
 
-std::string new_request_id() {
-  // One generator per thread: request ids need uniqueness, not secrecy.
-  thread_local std::mt19937_64 generator{std::random_device{}()};
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::uint64_t bits = generator();
-  std::string id = "r-";
-  for (int i = 0; i < 16; ++i) id += kHex[(bits >> (60 - 4 * i)) & 0xf];
-  return id;
-}
+std::string new_request_id() { return random_id("r"); }
 
 }  // namespace cela::api

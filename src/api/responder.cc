@@ -63,6 +63,8 @@ void Responder::error(const ApiError& e) {
       error_headers(e));
 }
 
+void Responder::error(const Error& e) { error(from_error(e)); }
+
 void Responder::raw(int status, std::string_view content_type, std::string body, Headers extra) {
   if (!claim("raw")) return;
   auto response = std::make_shared<detail::StringResponse>();

@@ -56,6 +56,8 @@ class Responder : public std::enable_shared_from_this<Responder> {
   // The API.md error body with this request's id, plus Retry-After / WWW-Authenticate.
   // Errors of status >= 500 and any log_detail are written to the daemon log.
   void error(const ApiError& e);
+  // An internal failure, mapped once by from_error() (http_error.h).
+  void error(const Error& e);
   // Any body. An empty content_type sends none. For HEAD, pass the size in a
   // Content-Length extra header and an empty body.
   void raw(int status, std::string_view content_type, std::string body, Headers extra = {});

@@ -34,7 +34,7 @@ struct TenantSpec {
   store::Quotas quotas;
 };
 
-ApiResult<TenantSpec> parse_tenant(const json::object& body, store::Quotas defaults) {
+Result<TenantSpec> parse_tenant(const json::object& body, store::Quotas defaults) {
   JsonFields f(body);
   if (auto ok = f.only({"name", "quotas"}); !ok) return std::unexpected(ok.error());
   auto name = f.require_string("name");
@@ -56,7 +56,7 @@ ApiResult<TenantSpec> parse_tenant(const json::object& body, store::Quotas defau
   q.max_memory_mb = m->value_or(q.max_memory_mb);
   q.max_cpus = c->value_or(q.max_cpus);
   if (q.max_sessions < 0 || q.max_memory_mb < 0 || q.max_cpus < 0)
-    return api_fail(ApiError::invalid_request("quotas must not be negative"));
+    return fail(ErrorCode::invalid_argument, "quotas must not be negative");
   return spec;
 }
 

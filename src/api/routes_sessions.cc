@@ -64,7 +64,7 @@ class SseSink final : public session::OutputSink {
   uint64_t out_, err_;
 };
 
-ApiResult<json::object> body_object(const Request& req) {
+Result<json::object> body_object(const Request& req) {
   if (req.body.empty()) return json::object{};
   return parse_json_object(req.body);
 }
@@ -192,18 +192,21 @@ void add_session_routes(RouteContext& ctx) {
     if (!spec) return res.error(spec.error());
     std::string id(req.param("id"));
     session::Caller caller = caller_of(req);
-    // The wait holds no thread; reading the finished output does (blocking pool).
+    // The wait holds no thread. A small output comes with the completion; a large
+    // one is read from its files on the blocking pool.
     mgr.run(caller, id, std::move(*spec),
-            [&ctx, &mgr, responder = res.shared_from_this(), caller, id](Result<store::ExecRecord> rec) {
-              if (!rec) return responder->error(from_error(rec.error()).with_session(id));
-              ctx.server.post_blocking([&mgr, responder, caller, id, rec = std::move(*rec)] {
-                json::object out = render(rec);
-                auto output = mgr.exec_output(caller, id, rec.id);
-                if (output) {
-                  json::object o = output_json(*output);
-                  for (auto& kv : o) out[kv.key()] = kv.value();
-                }
-                responder->json(200, out);
+            [&ctx, &mgr, responder = res.shared_from_this(), caller, id](Result<session::RunOutcome> done) {
+              if (!done) return responder->error(from_error(done.error()).with_session(id));
+              auto answer = [responder](const store::ExecRecord& rec, const std::optional<session::ExecOutput>& out) {
+                json::object o = render(rec);
+                if (out)
+                  for (auto& kv : output_json(*out)) o[kv.key()] = kv.value();
+                responder->json(200, o);
+              };
+              if (done->output) return answer(done->record, done->output);
+              ctx.server.post_blocking([&mgr, answer, caller, id, rec = std::move(done->record)] {
+                auto out = mgr.exec_output(caller, id, rec.id);
+                answer(rec, out ? std::optional<session::ExecOutput>(std::move(*out)) : std::nullopt);
               });
             });
   });

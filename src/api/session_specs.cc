@@ -19,7 +19,7 @@ std::string number_text(double v) {
 }
 
 // A whole number in [1, max], defaulting to `fallback` when absent.
-ApiResult<uint64_t> whole(const JsonFields& f, std::string_view key, uint64_t fallback, uint64_t max) {
+Result<uint64_t> whole(const JsonFields& f, std::string_view key, uint64_t fallback, uint64_t max) {
   auto v = f.number(key);
   if (!v) return std::unexpected(v.error());
   if (!*v) return fallback;
@@ -30,7 +30,7 @@ ApiResult<uint64_t> whole(const JsonFields& f, std::string_view key, uint64_t fa
   return static_cast<uint64_t>(d);
 }
 
-ApiResult<std::vector<std::string>> env_of(const JsonFields& f) {
+Result<std::vector<std::string>> env_of(const JsonFields& f) {
   auto map = f.string_map("env");
   if (!map) return std::unexpected(map.error());
   std::vector<std::string> out;
@@ -38,7 +38,7 @@ ApiResult<std::vector<std::string>> env_of(const JsonFields& f) {
   for (auto& [k, v] : **map) {
     if (k.empty() || k.find('=') != std::string::npos || k.find('\0') != std::string::npos ||
         v.find('\0') != std::string::npos)
-      return std::unexpected(ApiError::invalid_request("bad environment variable name `" + k + "`"));
+      return std::unexpected(Error{ErrorCode::invalid_argument, 0, "bad environment variable name `" + k + "`"});
     out.push_back(k + "=" + v);
   }
   return out;
@@ -46,7 +46,7 @@ ApiResult<std::vector<std::string>> env_of(const JsonFields& f) {
 
 }  // namespace
 
-ApiResult<session::CreateSessionSpec> parse_create_session(const json::object& body,
+Result<session::CreateSessionSpec> parse_create_session(const json::object& body,
                                                            const session::DaemonConfig& c) {
   JsonFields f(body);
   if (auto ok = f.only({"template", "limits", "env", "secrets", "network", "packages", "volumes", "metadata", "pool",
@@ -106,7 +106,7 @@ ApiResult<session::CreateSessionSpec> parse_create_session(const json::object& b
     auto mode = (*network)->string("mode");
     if (!mode) return std::unexpected(mode.error());
     if (*mode && **mode != "none")
-      return std::unexpected(ApiError::policy_denied("network mode other than `none` is not available on this server"));
+      return std::unexpected(Error{ErrorCode::policy_denied, 0, "network mode other than `none` is not available on this server"});
   }
   auto packages = f.object("packages");
   if (!packages) return std::unexpected(packages.error());
@@ -114,18 +114,18 @@ ApiResult<session::CreateSessionSpec> parse_create_session(const json::object& b
     auto mode = (*packages)->string("mode");
     if (!mode) return std::unexpected(mode.error());
     if (*mode && **mode != "off")
-      return std::unexpected(ApiError::policy_denied("package mode other than `off` is not available on this server"));
+      return std::unexpected(Error{ErrorCode::policy_denied, 0, "package mode other than `off` is not available on this server"});
   }
   for (const char* k : {"secrets", "volumes"}) {
     auto a = f.array(k);
     if (!a) return std::unexpected(a.error());
     if (*a && !(*a)->empty())
-      return std::unexpected(ApiError::policy_denied(std::string(k) + " are not available on this server"));
+      return std::unexpected(Error{ErrorCode::policy_denied, 0, std::string(k) + " are not available on this server"});
   }
   return s;
 }
 
-ApiResult<session::ExecSpec> parse_exec(const json::object& body, const session::DaemonConfig& c) {
+Result<session::ExecSpec> parse_exec(const json::object& body, const session::DaemonConfig& c) {
   JsonFields f(body);
   if (auto ok = f.only({"argv", "cmd", "cwd", "env", "timeout_s", "stdin", "stdin_open", "user", "tty"}); !ok)
     return std::unexpected(ok.error());
@@ -134,7 +134,7 @@ ApiResult<session::ExecSpec> parse_exec(const json::object& body, const session:
   if (!argv) return std::unexpected(argv.error());
   auto cmd = f.string("cmd");
   if (!cmd) return std::unexpected(cmd.error());
-  if (bool(*argv) == bool(*cmd)) return std::unexpected(ApiError::invalid_request("give exactly one of `argv` and `cmd`"));
+  if (bool(*argv) == bool(*cmd)) return std::unexpected(Error{ErrorCode::invalid_argument, 0, "give exactly one of `argv` and `cmd`"});
   if (*argv) {
     if ((*argv)->empty()) return std::unexpected(f.invalid("argv", "must be a non-empty array of strings"));
     for (auto& a : **argv)
@@ -178,11 +178,11 @@ ApiResult<session::ExecSpec> parse_exec(const json::object& body, const session:
   s.stdin_open = open->value_or(false);
   auto tty = f.boolean("tty");
   if (!tty) return std::unexpected(tty.error());
-  if (tty->value_or(false)) return std::unexpected(ApiError::invalid_request("`tty` execs are not available yet"));
+  if (tty->value_or(false)) return std::unexpected(Error{ErrorCode::invalid_argument, 0, "`tty` execs are not available yet"});
   return s;
 }
 
-ApiResult<session::KillSpec> parse_kill(const json::object& body) {
+Result<session::KillSpec> parse_kill(const json::object& body) {
   JsonFields f(body);
   if (auto ok = f.only({"signal", "grace_s"}); !ok) return std::unexpected(ok.error());
   auto name = f.string("signal");
@@ -207,13 +207,13 @@ ApiResult<session::KillSpec> parse_kill(const json::object& body) {
   return k;
 }
 
-ApiResult<session::PatchSpec> parse_patch(const json::object& body) {
+Result<session::PatchSpec> parse_patch(const json::object& body) {
   JsonFields f(body);
   for (auto& kv : body)
     if (kv.key() != "ttl_s" && kv.key() != "network")
-      return std::unexpected(ApiError::invalid_request("field `" + std::string(kv.key()) + "` cannot be changed"));
+      return std::unexpected(Error{ErrorCode::invalid_argument, 0, "field `" + std::string(kv.key()) + "` cannot be changed"});
   if (body.contains("network"))
-    return std::unexpected(ApiError::policy_denied("network allowlists are not available on this server"));
+    return std::unexpected(Error{ErrorCode::policy_denied, 0, "network allowlists are not available on this server"});
   session::PatchSpec p;
   auto ttl = f.number("ttl_s");
   if (!ttl) return std::unexpected(ttl.error());

@@ -1,22 +1,22 @@
 // JSON request bodies of the session and exec routes -> the session layer's typed
 // specs (session/types.h). Strict: unknown fields, wrong types and out-of-range
-// values are invalid_request naming the field; features that do not exist yet
+// values are invalid_argument naming the field; features that do not exist yet
 // (network allowlists, package gateway, secrets, volumes) are policy_denied rather
 // than silently ignored.
 #pragma once
 
 #include <boost/json/object.hpp>
 
-#include "api/http_error.h"
+#include "common/error.h"
 #include "session/config.h"
 #include "session/types.h"
 
 namespace cela::api {
 
-ApiResult<session::CreateSessionSpec> parse_create_session(const boost::json::object& body,
+Result<session::CreateSessionSpec> parse_create_session(const boost::json::object& body,
                                                            const session::DaemonConfig& config);
-ApiResult<session::ExecSpec> parse_exec(const boost::json::object& body, const session::DaemonConfig& config);
-ApiResult<session::KillSpec> parse_kill(const boost::json::object& body);
-ApiResult<session::PatchSpec> parse_patch(const boost::json::object& body);
+Result<session::ExecSpec> parse_exec(const boost::json::object& body, const session::DaemonConfig& config);
+Result<session::KillSpec> parse_kill(const boost::json::object& body);
+Result<session::PatchSpec> parse_patch(const boost::json::object& body);
 
 }  // namespace cela::api

@@ -12,6 +12,8 @@
 #include <cctype>
 #include <cstdlib>
 
+#include "common/encoding.h"
+
 namespace cela::client {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -99,13 +101,9 @@ std::string url_encode(std::string_view s) {
 }
 
 Result<std::string> base64_decode(std::string_view in) {
-  namespace b64 = beast::detail::base64;
-  std::string out(b64::decoded_size(in.size()), '\0');
-  auto [written, read] = b64::decode(out.data(), in.data(), in.size());
-  // decode() stops at the padding: only '=' may follow.
-  if (in.find_first_not_of('=', read) != std::string_view::npos) return fail(ErrorCode::invalid_argument, "bad base64 from the server");
-  out.resize(written);
-  return out;
+  auto out = cela::base64_decode(in);
+  if (!out) return fail(ErrorCode::invalid_argument, "bad base64 from the server");
+  return std::move(*out);
 }
 
 bool SseParser::feed(std::string_view bytes, const std::function<bool(const SseEvent&)>& on_event) {

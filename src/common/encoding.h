@@ -12,6 +12,8 @@ std::string base64_encode(std::string_view bytes);
 // nullopt when `text` is not canonical padded base64.
 std::optional<std::string> base64_decode(std::string_view text);
 std::string hex_encode(std::string_view bytes);
+// nullopt unless `text` is an even number of hex digits.
+std::optional<std::string> hex_decode(std::string_view text);
 // Well-formed UTF-8 (RFC 3629: no overlongs, no surrogates, at most U+10FFFF).
 bool valid_utf8(std::string_view s);
 

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "common/fs.h"
+#include "common/json_fields.h"
 #include "rootfs/store_io.h"
 
 namespace cela::rootfs {
@@ -105,76 +106,63 @@ json::object to_object(const Template& t) {
 }
 
 Result<Template> parse_manifest(const std::string& text, const std::string& path) {
-  auto bad = [&](const std::string& why) {
-    return fail(ErrorCode::internal, "malformed manifest " + path + ": " + why);
+  auto bad = [&](const Error& e) {
+    return std::unexpected(Error{ErrorCode::internal, 0, "malformed manifest " + path + ": " + e.context});
   };
-  std::error_code ec;
-  json::value root = json::parse(text, ec);
-  if (ec) return bad(ec.message());
-  const json::object* obj = root.if_object();
-  if (obj == nullptr) return bad("not an object");
-
-  auto get_string = [&](const char* key, std::string& out) -> bool {
-    const json::value* v = obj->if_contains(key);
-    if (v == nullptr || !v->is_string()) return false;
-    out = std::string(v->get_string());
-    return true;
-  };
-  auto get_bool = [&](const char* key, bool& out) -> bool {
-    const json::value* v = obj->if_contains(key);
-    if (v == nullptr) return true;  // optional, default false
-    if (!v->is_bool()) return false;
-    out = v->get_bool();
-    return true;
-  };
-  auto get_strings = [&](const char* key, std::vector<std::string>& out) -> bool {
-    const json::value* v = obj->if_contains(key);
-    if (v == nullptr) return true;  // optional, default empty
-    if (!v->is_array()) return false;
-    for (const auto& item : v->get_array()) {
-      if (!item.is_string()) return false;
-      out.emplace_back(item.get_string());
-    }
-    return true;
-  };
-
+  auto root = parse_json_object(text, "manifest");
+  if (!root) return bad(root.error());
+  // Manifests written by newer builds may carry more keys: read what this one knows.
+  JsonFields f(*root);
   Template t;
   const std::pair<const char*, std::string*> required[] = {
       {"name", &t.name}, {"version", &t.version}, {"digest", &t.digest}, {"built_at", &t.built_at}};
   for (auto [key, field] : required) {
-    if (!get_string(key, *field)) return bad(std::string("missing string \"") + key + "\"");
+    auto v = f.require_string(key);
+    if (!v) return bad(v.error());
+    *field = std::move(*v);
   }
-  get_string("recipe", t.recipe);
-  if (!get_bool("allow_sudo", t.allow_sudo)) return bad("\"allow_sudo\" is not a bool");
-  if (!get_bool("dev_only", t.dev_only)) return bad("\"dev_only\" is not a bool");
-  if (const json::value* v = obj->if_contains("user")) {
-    const json::object* u = v->if_object();
-    if (!u) return bad("\"user\" is not an object");
-    const json::value* name = u->if_contains("name");
-    const json::value* uid = u->if_contains("uid");
-    const json::value* gid = u->if_contains("gid");
-    const json::value* home = u->if_contains("home");
-    auto id_ok = [](const json::value* x) {
-      return x && x->is_int64() && x->as_int64() > 0 && x->as_int64() < 65536;
-    };
-    if (!name || !name->is_string() || name->get_string().empty() || !id_ok(uid) || !id_ok(gid) || !home ||
-        !home->is_string() || !home->get_string().starts_with("/"))
-      return bad("\"user\" needs a name, uid and gid in 1..65535 and an absolute home");
-    t.user = {std::string(name->get_string()), static_cast<uint32_t>(uid->as_int64()),
-              static_cast<uint32_t>(gid->as_int64()), std::string(home->get_string())};
+  auto recipe = f.string("recipe");
+  if (!recipe) return bad(recipe.error());
+  t.recipe = recipe->value_or("");
+  for (auto [key, field] : {std::pair{"allow_sudo", &t.allow_sudo}, std::pair{"dev_only", &t.dev_only}}) {
+    auto v = f.boolean(key);
+    if (!v) return bad(v.error());
+    *field = v->value_or(false);
   }
-  if (!get_strings("packages", t.packages)) return bad("\"packages\" is not a string array");
-  if (!get_strings("layers", t.layers)) return bad("\"layers\" is not a string array");
-  if (t.layers.empty()) return bad("no layers");
-  if (const json::value* v = obj->if_contains("binds")) {
-    if (!v->is_array()) return bad("\"binds\" is not an array");
-    for (const auto& item : v->get_array()) {
-      const json::object* b = item.if_object();
-      const json::value* source = b ? b->if_contains("source") : nullptr;
-      const json::value* target = b ? b->if_contains("target") : nullptr;
-      if (!source || !target || !source->is_string() || !target->is_string())
-        return bad("a bind needs string \"source\" and \"target\"");
-      t.binds.push_back({std::string(source->get_string()), std::string(target->get_string())});
+  for (auto [key, field] : {std::pair{"packages", &t.packages}, std::pair{"layers", &t.layers}}) {
+    auto v = f.string_array(key);
+    if (!v) return bad(v.error());
+    if (*v) *field = std::move(**v);
+  }
+  if (t.layers.empty()) return bad(Error{ErrorCode::internal, 0, "no layers"});
+  auto user = f.object("user");
+  if (!user) return bad(user.error());
+  if (*user) {
+    const JsonFields& u = **user;
+    auto name = u.require_string("name");
+    if (!name) return bad(name.error());
+    auto uid = u.require_integer("uid");
+    if (!uid) return bad(uid.error());
+    auto gid = u.require_integer("gid");
+    if (!gid) return bad(gid.error());
+    auto home = u.require_string("home");
+    if (!home) return bad(home.error());
+    auto id_ok = [](int64_t id) { return id > 0 && id < 65536; };
+    if (name->empty() || !id_ok(*uid) || !id_ok(*gid) || !home->starts_with("/"))
+      return bad(Error{ErrorCode::internal, 0, "\"user\" needs a name, uid and gid in 1..65535 and an absolute home"});
+    t.user = {*name, static_cast<uint32_t>(*uid), static_cast<uint32_t>(*gid), *home};
+  }
+  auto binds = f.array("binds");
+  if (!binds) return bad(binds.error());
+  if (*binds) {
+    for (const auto& item : **binds) {
+      if (!item.is_object()) return bad(Error{ErrorCode::internal, 0, "a bind must be an object"});
+      JsonFields b(item.get_object(), "binds[]");
+      auto source = b.require_string("source");
+      if (!source) return bad(source.error());
+      auto target = b.require_string("target");
+      if (!target) return bad(target.error());
+      t.binds.push_back({*source, *target});
     }
   }
   return t;

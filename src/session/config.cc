@@ -1,129 +1,126 @@
+// DaemonConfig from JSON, read with the one strict reader (common/json_fields.h):
+// unknown keys and wrong types are errors naming the key ("config: field
+// `maxima.cpus` must be a number").
 #include "session/config.h"
 
-#include <boost/json.hpp>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
 
 #include "common/fs.h"
+#include "common/json_fields.h"
 
 namespace cela::session {
 namespace json = boost::json;
+
 namespace {
 
-// Reads `key` of `object` into `out` when present; the type must match.
+std::unexpected<Error> config_error(const Error& e) {
+  return std::unexpected(Error{ErrorCode::invalid_argument, 0, "config: " + e.context});
+}
+
+// Reads `key` into `out` when present (absent keeps the default).
 template <class T>
-Result<void> take(const json::object& object, std::string_view key, T& out, std::string_view where) {
-  const json::value* v = object.if_contains(key);
-  if (!v) return {};
-  auto bad = [&] { return fail(ErrorCode::invalid_argument, "config: " + std::string(where) + std::string(key) + " has the wrong type"); };
+Result<void> take(const JsonFields& f, std::string_view key, T& out) {
   if constexpr (std::is_same_v<T, std::string>) {
-    if (!v->is_string()) return bad();
-    out = std::string(v->as_string());
-  } else if constexpr (std::is_same_v<T, double>) {
-    if (!v->is_number()) return bad();
-    out = v->to_number<double>();
+    auto v = f.string(key);
+    if (!v) return config_error(v.error());
+    if (*v) out = **v;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    auto v = f.number(key);
+    if (!v) return config_error(v.error());
+    if (*v) out = static_cast<T>(**v);
   } else {
-    if (!v->is_number()) return bad();
-    try {
-      out = v->to_number<T>();
-    } catch (const std::exception&) {
-      return bad();
+    auto v = f.integer(key);
+    if (!v) return config_error(v.error());
+    if (*v) {
+      if (**v < 0 || static_cast<uint64_t>(**v) > static_cast<uint64_t>(std::numeric_limits<T>::max()))
+        return config_error(f.invalid(key, "is out of range"));
+      out = static_cast<T>(**v);
     }
   }
   return {};
 }
 
-Result<void> only_keys(const json::object& object, std::initializer_list<std::string_view> keys,
-                       std::string_view where) {
-  for (const auto& kv : object) {
-    bool known = false;
-    for (auto k : keys) known = known || kv.key() == k;
-    if (!known) return fail(ErrorCode::invalid_argument, "config: unknown key " + std::string(where) + std::string(kv.key()));
-  }
-  return {};
-}
-
-#define TAKE(obj, key, field, where) \
-  if (auto r = take(obj, key, field, where); !r) return std::unexpected(r.error())
+#define TAKE(fields, key, field) \
+  if (auto r = take(fields, key, field); !r) return std::unexpected(r.error())
+#define ONLY(fields, ...) \
+  if (auto r = (fields).only({__VA_ARGS__}); !r) return config_error(r.error())
 
 }  // namespace
 
 Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   DaemonConfig c;
-  if (auto r = only_keys(o, {"state_dir", "templates_dir", "socket", "listen", "default_template", "max_sessions",
-                             "output_cap_bytes", "max_body_bytes", "max_upload_bytes", "http_threads",
-                             "blocking_threads", "defaults", "maxima", "tenant_quotas", "output_retention",
-                             "stdin_timeout_s", "uid_slots"},
-                         "");
-      !r)
-    return std::unexpected(r.error());
-  TAKE(o, "state_dir", c.state_dir, "");
-  TAKE(o, "templates_dir", c.templates_dir, "");
-  TAKE(o, "socket", c.socket_path, "");
-  TAKE(o, "listen", c.listen, "");
-  TAKE(o, "default_template", c.default_template, "");
-  TAKE(o, "max_sessions", c.max_sessions, "");
-  TAKE(o, "output_cap_bytes", c.output_cap_bytes, "");
-  TAKE(o, "max_body_bytes", c.max_body_bytes, "");
-  TAKE(o, "max_upload_bytes", c.max_upload_bytes, "");
-  TAKE(o, "http_threads", c.http_threads, "");
-  TAKE(o, "blocking_threads", c.blocking_threads, "");
-  TAKE(o, "stdin_timeout_s", c.stdin_timeout_s, "");
-  TAKE(o, "uid_slots", c.uid_slots, "");
-  auto section = [&](std::string_view key) -> Result<const json::object*> {
-    const json::value* v = o.if_contains(key);
-    if (!v) return nullptr;
-    if (!v->is_object()) return fail(ErrorCode::invalid_argument, "config: " + std::string(key) + " must be an object");
-    return &v->as_object();
+  JsonFields f(o);
+  ONLY(f, "state_dir", "templates_dir", "socket", "listen", "default_template", "max_sessions", "output_cap_bytes",
+       "max_body_bytes", "max_upload_bytes", "http_threads", "blocking_threads", "defaults", "maxima", "tenant_quotas",
+       "output_retention", "stdin_timeout_s", "uid_slots", "launcher_threads");
+  TAKE(f, "state_dir", c.state_dir);
+  TAKE(f, "templates_dir", c.templates_dir);
+  TAKE(f, "socket", c.socket_path);
+  TAKE(f, "listen", c.listen);
+  TAKE(f, "default_template", c.default_template);
+  TAKE(f, "max_sessions", c.max_sessions);
+  TAKE(f, "output_cap_bytes", c.output_cap_bytes);
+  TAKE(f, "max_body_bytes", c.max_body_bytes);
+  TAKE(f, "max_upload_bytes", c.max_upload_bytes);
+  TAKE(f, "http_threads", c.http_threads);
+  TAKE(f, "blocking_threads", c.blocking_threads);
+  TAKE(f, "stdin_timeout_s", c.stdin_timeout_s);
+  TAKE(f, "uid_slots", c.uid_slots);
+  TAKE(f, "launcher_threads", c.launcher_threads);
+
+  auto section = [&](std::string_view key) -> Result<std::optional<JsonFields>> {
+    auto s = f.object(key);
+    if (!s) return config_error(s.error());
+    return *s;
   };
   auto d = section("defaults");
   if (!d) return std::unexpected(d.error());
   if (*d) {
-    const json::object& s = **d;
-    if (auto r = only_keys(s, {"cpus", "memory_mb", "disk_mb", "pids", "ttl_s", "idle_timeout_s", "exec_timeout_s"},
-                           "defaults.");
-        !r)
-      return std::unexpected(r.error());
-    TAKE(s, "cpus", c.defaults.cpus, "defaults.");
-    TAKE(s, "memory_mb", c.defaults.memory_mb, "defaults.");
-    TAKE(s, "disk_mb", c.defaults.disk_mb, "defaults.");
-    TAKE(s, "pids", c.defaults.pids, "defaults.");
-    TAKE(s, "ttl_s", c.defaults.ttl_s, "defaults.");
-    TAKE(s, "idle_timeout_s", c.defaults.idle_timeout_s, "defaults.");
-    TAKE(s, "exec_timeout_s", c.defaults.exec_timeout_s, "defaults.");
+    const JsonFields& s = **d;
+    ONLY(s, "cpus", "memory_mb", "disk_mb", "pids", "ttl_s", "idle_timeout_s", "exec_timeout_s");
+    TAKE(s, "cpus", c.defaults.cpus);
+    TAKE(s, "memory_mb", c.defaults.memory_mb);
+    TAKE(s, "disk_mb", c.defaults.disk_mb);
+    TAKE(s, "pids", c.defaults.pids);
+    TAKE(s, "ttl_s", c.defaults.ttl_s);
+    TAKE(s, "idle_timeout_s", c.defaults.idle_timeout_s);
+    TAKE(s, "exec_timeout_s", c.defaults.exec_timeout_s);
   }
   auto m = section("maxima");
   if (!m) return std::unexpected(m.error());
   if (*m) {
-    const json::object& s = **m;
-    if (auto r = only_keys(s, {"cpus", "memory_mb", "disk_mb", "pids", "ttl_s", "exec_timeout_s"}, "maxima."); !r)
-      return std::unexpected(r.error());
-    TAKE(s, "cpus", c.maxima.cpus, "maxima.");
-    TAKE(s, "memory_mb", c.maxima.memory_mb, "maxima.");
-    TAKE(s, "disk_mb", c.maxima.disk_mb, "maxima.");
-    TAKE(s, "pids", c.maxima.pids, "maxima.");
-    TAKE(s, "ttl_s", c.maxima.ttl_s, "maxima.");
-    TAKE(s, "exec_timeout_s", c.maxima.exec_timeout_s, "maxima.");
+    const JsonFields& s = **m;
+    ONLY(s, "cpus", "memory_mb", "disk_mb", "pids", "ttl_s", "exec_timeout_s");
+    TAKE(s, "cpus", c.maxima.cpus);
+    TAKE(s, "memory_mb", c.maxima.memory_mb);
+    TAKE(s, "disk_mb", c.maxima.disk_mb);
+    TAKE(s, "pids", c.maxima.pids);
+    TAKE(s, "ttl_s", c.maxima.ttl_s);
+    TAKE(s, "exec_timeout_s", c.maxima.exec_timeout_s);
   }
   auto q = section("tenant_quotas");
   if (!q) return std::unexpected(q.error());
   if (*q) {
-    const json::object& s = **q;
-    if (auto r = only_keys(s, {"max_sessions", "max_memory_mb", "max_cpus"}, "tenant_quotas."); !r)
-      return std::unexpected(r.error());
-    TAKE(s, "max_sessions", c.quotas.max_sessions, "tenant_quotas.");
-    TAKE(s, "max_memory_mb", c.quotas.max_memory_mb, "tenant_quotas.");
-    TAKE(s, "max_cpus", c.quotas.max_cpus, "tenant_quotas.");
+    const JsonFields& s = **q;
+    ONLY(s, "max_sessions", "max_memory_mb", "max_cpus");
+    TAKE(s, "max_sessions", c.quotas.max_sessions);
+    TAKE(s, "max_memory_mb", c.quotas.max_memory_mb);
+    TAKE(s, "max_cpus", c.quotas.max_cpus);
   }
   auto ret = section("output_retention");
   if (!ret) return std::unexpected(ret.error());
   if (*ret) {
-    const json::object& s = **ret;
-    if (auto r = only_keys(s, {"days"}, "output_retention."); !r) return std::unexpected(r.error());
-    TAKE(s, "days", c.output_retention_days, "output_retention.");
+    const JsonFields& s = **ret;
+    ONLY(s, "days");
+    TAKE(s, "days", c.output_retention_days);
   }
   if (c.uid_slots < 1 || c.uid_slots > 4096) return fail(ErrorCode::invalid_argument, "config: uid_slots must be 1..4096");
-  if (c.output_retention_days < 0) return fail(ErrorCode::invalid_argument, "config: output_retention.days must be >= 0");
+  if (c.output_retention_days < 0)
+    return fail(ErrorCode::invalid_argument, "config: output_retention.days must be >= 0");
   if (c.max_sessions < 1) return fail(ErrorCode::invalid_argument, "config: max_sessions must be >= 1");
-  if (c.http_threads < 1 || c.blocking_threads < 1)
+  if (c.http_threads < 1 || c.blocking_threads < 1 || c.launcher_threads < 1 || c.launcher_threads > 64)
     return fail(ErrorCode::invalid_argument, "config: thread counts must be >= 1");
   return c;
 }
@@ -131,10 +128,12 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
 Result<DaemonConfig> DaemonConfig::load(const std::string& path) {
   auto text = read_file(path);
   if (!text) return std::unexpected(text.error());
-  boost::system::error_code ec;
-  json::value v = json::parse(*text, ec);
-  if (ec || !v.is_object()) return fail(ErrorCode::invalid_argument, "config " + path + ": not a JSON object");
-  return from_json(v.as_object());
+  auto object = parse_json_object(*text, "config " + path);
+  if (!object) return std::unexpected(object.error());
+  return from_json(*object);
 }
+
+#undef TAKE
+#undef ONLY
 
 }  // namespace cela::session

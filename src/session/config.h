@@ -56,6 +56,9 @@ struct DaemonConfig {
   // A stdin write the process does not take within this bound answers request_timeout.
   uint64_t stdin_timeout_s = 30;
   int http_threads = 2;
+  // Threads that boot sandboxes; each lives as long as the daemon (inits die with the
+  // thread that cloned them).
+  int launcher_threads = 4;
   int blocking_threads = 16;
   SessionDefaults defaults;
   SessionMaxima maxima;

@@ -336,17 +336,28 @@ void SessionManager::kill_exec(const Caller& caller, const std::string& session_
   });
 }
 
-void SessionManager::run(const Caller& caller, const std::string& session_id, ExecSpec spec, Done<ExecRecord> done) {
+void SessionManager::run(const Caller& caller, const std::string& session_id, ExecSpec spec, Done<RunOutcome> done) {
   start_exec(caller, session_id, std::move(spec),
              [this, caller, session_id, done = std::move(done)](Result<ExecRecord> started) mutable {
-               if (!started) return done(std::move(started));
+               if (!started) return done(std::unexpected(started.error()));
                auto e = find_exec(caller, session_id, started->id);
-               if (!e || (*e)->finished) {
-                 // Ended already (or with its session): the stored record is final.
+               auto outcome = [](const ExecState& x) {
+                 RunOutcome o{x.record, std::nullopt};
+                 if (auto small = x.output->small_output())
+                   o.output = ExecOutput{std::move(small->first), std::move(small->second), x.record.output_truncated};
+                 return o;
+               };
+               if (e && (*e)->finished) return done(outcome(**e));
+               if (!e) {
+                 // Ended with its session already: the stored record is final.
                  auto rec = store_.get_exec(caller.tenant_id, session_id, started->id);
-                 return done(rec ? Result<ExecRecord>(*rec) : Result<ExecRecord>(e && *e ? (*e)->record : *started));
+                 return done(RunOutcome{rec ? *rec : *started, std::nullopt});
                }
-               (*e)->on_end.push_back(std::move(done));
+               std::shared_ptr<ExecState> ex = *e;
+               ex->on_end.push_back([ex, outcome, done = std::move(done)](Result<ExecRecord> rec) {
+                 if (!rec) return done(std::unexpected(rec.error()));
+                 done(outcome(*ex));
+               });
              });
 }
 

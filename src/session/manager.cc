@@ -62,7 +62,8 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(const DaemonConfig&
   m->reactor_work_.emplace(asio::make_work_guard(m->reactor_));
   m->reactor_thread_ = std::thread([mp = m.get()] { mp->reactor_.run(); });
   m->launcher_work_.emplace(asio::make_work_guard(m->launcher_));
-  m->launcher_thread_ = std::thread([mp = m.get()] { mp->launcher_.run(); });
+  for (int i = 0; i < config.launcher_threads; ++i)
+    m->launcher_threads_.emplace_back([mp = m.get()] { mp->launcher_.run(); });
   m->on_reactor([mp = m.get()] { mp->arm_retention(); });
   return m;
 }
@@ -93,7 +94,8 @@ void SessionManager::shutdown() {
   }
   // Boots still on the launcher come back to a stopping reactor, which ends them.
   launcher_work_.reset();
-  if (launcher_thread_.joinable()) launcher_thread_.join();
+  for (auto& t : launcher_threads_)
+    if (t.joinable()) t.join();
   barrier();
   {
     std::promise<void> done;

@@ -5,9 +5,11 @@
 //     changed only there (assert_on_reactor() guards the reactor-only functions).
 //     It watches init's control socket and pidfd, exec output pipes, stdin writes and
 //     every timer (exec timeout, kill grace, TTL, idle, capacity waits).
-//   - The launcher thread boots sandboxes (runtime::Backend::start blocks for a few
-//     ms). It lives as long as the manager, so the inits it clones keep their
-//     PR_SET_PDEATHSIG parent until the daemon ends.
+//   - The launcher threads boot sandboxes (runtime::Backend::start blocks for a few
+//     ms, mostly waiting for the new init). There are DaemonConfig::launcher_threads
+//     of them, started with the manager and joined only at shutdown, after every
+//     session has ended: an init's PR_SET_PDEATHSIG follows the thread that cloned
+//     it, so no init ever loses its parent while the daemon lives.
 //   - Any thread may call the public methods. The asynchronous ones (taking a Done)
 //     post to the reactor and return at once; their completion runs on the reactor
 //     and must not block. No caller's thread ever waits on sandbox code: a /run, a
@@ -95,9 +97,9 @@ class SessionManager {
   // `signal` to the exec's whole tree, SIGKILL after `grace`.
   void kill_exec(const Caller& caller, const std::string& session_id, const std::string& exec_id, KillSpec spec,
                  Done<store::ExecRecord> done);
-  // start_exec, then completes when the exec has ended (record only; the caller
-  // reads the output with exec_output).
-  void run(const Caller& caller, const std::string& session_id, ExecSpec spec, Done<store::ExecRecord> done);
+  // start_exec, then completes when the exec has ended: the record, and the output
+  // when it is small (else the caller reads it with exec_output).
+  void run(const Caller& caller, const std::string& session_id, ExecSpec spec, Done<RunOutcome> done);
 
   // A path-safe view of the session's filesystem (files API).
   Result<std::shared_ptr<SessionFs>> files(const Caller& caller, const std::string& session_id);
@@ -147,7 +149,7 @@ class SessionManager {
   std::thread reactor_thread_;
   boost::asio::io_context launcher_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> launcher_work_;
-  std::thread launcher_thread_;
+  std::vector<std::thread> launcher_threads_;
 
   // ---- reactor-only
   Admission admission_;

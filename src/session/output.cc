@@ -123,6 +123,12 @@ OutputPipeline::~OutputPipeline() {
     if (!f->done()) f->detach(*this);
 }
 
+std::optional<std::pair<std::string, std::string>> OutputPipeline::small_output() const {
+  for (const auto& st : streams_)
+    if (st.kept > kHeadBytes) return std::nullopt;
+  return std::pair{streams_[0].head, streams_[1].head};
+}
+
 std::string OutputPipeline::path(Stream s) const {
   return streams_[index(s)].kept > 0 ? stream_path(dir_, exec_id_, s) : "";
 }
@@ -161,6 +167,8 @@ void OutputPipeline::keep(Stream stream, std::string_view data) {
   }
   // What could not be written is not kept: offsets always name bytes on disk.
   if (written < take) truncated_ = true;
+  if (st.head.size() < kHeadBytes)
+    st.head.append(data.data(), std::min<size_t>(written, kHeadBytes - st.head.size()));
   st.kept += written;
   if (written == 0) return;
   size_t i = index(stream);

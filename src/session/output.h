@@ -69,6 +69,11 @@ class OutputPipeline {
   void follow(uint64_t out_from, uint64_t err_from, std::shared_ptr<OutputSink> sink);
 
   uint64_t kept(Stream s) const { return streams_[index(s)].kept; }
+  // The first kHeadBytes kept of each stream stay in memory too, so a small exec's
+  // output is answered without touching the files.
+  static constexpr uint64_t kHeadBytes = 64 * 1024;
+  // Both streams whole, when each kept at most kHeadBytes.
+  std::optional<std::pair<std::string, std::string>> small_output() const;
   uint64_t total(Stream s) const { return streams_[index(s)].total; }
   bool truncated() const { return truncated_; }
   // Path of a stream's file; "" when it kept nothing.
@@ -81,6 +86,7 @@ class OutputPipeline {
   struct StreamState {
     UniqueFd fd;
     uint64_t kept = 0, total = 0;
+    std::string head;  // the first kHeadBytes kept
   };
   class Follower;
   friend void replay_stored(boost::asio::io_context&, const std::vector<store::OutputRecord>&, uint64_t, uint64_t,

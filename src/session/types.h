@@ -69,9 +69,11 @@ struct ExecOutput {
   bool truncated = false;
 };
 
+// A finished /run: the record, and its output when it was small enough to keep in
+// memory (else read it with exec_output()).
 struct RunOutcome {
   store::ExecRecord record;
-  ExecOutput output;
+  std::optional<ExecOutput> output;
 };
 
 // Completions of asynchronous calls. They run on the session reactor: they must not

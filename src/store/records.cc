@@ -1,6 +1,7 @@
 #include "store/records.h"
 
-#include <openssl/rand.h>
+#include "common/random.h"
+
 
 #include <array>
 #include <charconv>
@@ -30,20 +31,6 @@ bool is_exec_state(std::string_view state) {
          state == exec_state::oom_killed || state == exec_state::failed;
 }
 
-std::string new_id(std::string_view prefix) {
-  std::array<unsigned char, 8> bytes{};
-  if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
-    std::fputs("cela: RAND_bytes failed; refusing to issue ids without entropy\n", stderr);
-    std::abort();
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id(prefix);
-  id += '-';
-  for (unsigned char b : bytes) {
-    id += kHex[b >> 4];
-    id += kHex[b & 0xf];
-  }
-  return id;
-}
+std::string new_id(std::string_view prefix) { return random_id(prefix); }
 
 }  // namespace cela::store

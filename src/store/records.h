@@ -147,7 +147,7 @@ using cela::now_ms;
 using cela::now_rfc3339;
 using cela::parse_rfc3339;
 
-// prefix + "-" + 16 lowercase hex characters from RAND_bytes: "s-1f3a09c2b4d5e6f7".
+// common/random.h random_id: prefix + "-" + 16 lowercase hex characters, "s-1f3a09c2b4d5e6f7".
 // Aborts if the CSPRNG fails: without entropy cela cannot issue ids or keys safely.
 std::string new_id(std::string_view prefix);
 

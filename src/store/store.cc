@@ -1,10 +1,7 @@
 #include "store/store.h"
 
-#include "common/sha256.h"
-
 #include <fcntl.h>
 #include <openssl/evp.h>
-#include <openssl/rand.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,7 +9,10 @@
 #include <charconv>
 #include <iterator>
 
+#include "common/encoding.h"
 #include "common/fd.h"
+#include "common/random.h"
+#include "common/sha256.h"
 
 namespace cela::store {
 
@@ -137,38 +137,15 @@ std::string select_from(std::string_view columns, std::string_view rest) {
 
 // ---- Encoding helpers ----
 
-std::string hex(const unsigned char* data, size_t size) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(size * 2);
-  for (size_t i = 0; i < size; ++i) {
-    out += kHex[data[i] >> 4];
-    out += kHex[data[i] & 0xf];
-  }
-  return out;
-}
-
-std::optional<std::string> unhex(std::string_view text) {
-  if (text.size() % 2 != 0) return std::nullopt;
-  std::string out;
-  for (size_t i = 0; i < text.size(); i += 2) {
-    unsigned value = 0;
-    auto [end, ec] = std::from_chars(text.data() + i, text.data() + i + 2, value, 16);
-    if (ec != std::errc() || end != text.data() + i + 2) return std::nullopt;
-    out += static_cast<char>(value);
-  }
-  return out;
-}
-
 // The paging cursor: opaque to clients, "<created_ms>:<id>" in hex inside.
 std::string encode_cursor(int64_t created_ms, const std::string& id) {
   std::string raw = std::to_string(created_ms) + ":" + id;
-  return hex(reinterpret_cast<const unsigned char*>(raw.data()), raw.size());
+  return hex_encode(raw);
 }
 
 Result<std::pair<int64_t, std::string>> decode_cursor(std::string_view cursor) {
   auto bad = [] { return fail(ErrorCode::invalid_argument, "list sessions: invalid cursor"); };
-  auto raw = unhex(cursor);
+  auto raw = hex_decode(cursor);
   if (!raw) return bad();
   const size_t colon = raw->find(':');
   if (colon == std::string::npos || colon + 1 == raw->size()) return bad();
@@ -456,11 +433,7 @@ Result<std::vector<TenantRecord>> Store::list_tenants() {
 // ---- API keys ----
 
 Result<IssuedKey> Store::insert_key_locked(std::string_view tenant_id, bool admin) {
-  std::array<unsigned char, 32> secret{};
-  if (RAND_bytes(secret.data(), static_cast<int>(secret.size())) != 1) {
-    return fail(ErrorCode::internal, "create key: RAND_bytes failed");
-  }
-  IssuedKey issued{new_id("k"), "cela_" + hex(secret.data(), secret.size())};
+  IssuedKey issued{new_id("k"), "cela_" + hex_encode(random_bytes(32))};
   auto stmt = db_.prepare(
       "INSERT INTO api_keys (" + std::string(kKeyColumns) + ", hash) VALUES (?, ?, ?, ?, 0, ?)",
       "create key");

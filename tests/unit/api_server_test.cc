@@ -922,28 +922,29 @@ TEST(ApiRequest, TargetDecodingRejectsBadEscapes) {
   EXPECT_FALSE(parse_target("http://example.com/x"));
 }
 
-TEST(ApiJson, TypedFieldsNameTheOffendingField) {
+TEST(JsonFields, TypedFieldsNameTheOffendingField) {
   auto body = parse_json_object(
       R"({"argv": ["a", 2], "env": {"K": "V"}, "limits": {"cpus": 1.5, "memory_mb": 512.0},
           "tty": false, "stdin": null, "extra": 1})");
   ASSERT_TRUE(body);
   JsonFields f(*body);
-  EXPECT_EQ(f.string_array("argv").error().message, "field `argv[1]` must be a string");
+  EXPECT_EQ(f.string_array("argv").error().context, "field `argv[1]` must be a string");
   EXPECT_EQ(f.string_map("env").value()->at("K"), "V");
   auto limits = f.require_object("limits").value();
   EXPECT_EQ(limits.number("cpus").value(), 1.5);
   EXPECT_EQ(limits.integer("memory_mb").value(), 512);
-  EXPECT_EQ(limits.integer("cpus").error().message, "field `limits.cpus` must be an integer");
+  EXPECT_EQ(limits.integer("cpus").error().context, "field `limits.cpus` must be an integer");
   EXPECT_EQ(f.boolean("tty").value(), false);
   EXPECT_FALSE(f.string("stdin").value().has_value());  // null reads as absent
-  EXPECT_EQ(f.require_string("cmd").error().message, "field `cmd` is required");
-  EXPECT_EQ(f.only({"argv", "env", "limits", "tty", "stdin"}).error().message,
+  EXPECT_EQ(f.require_string("cmd").error().context, "field `cmd` is required");
+  EXPECT_EQ(f.only({"argv", "env", "limits", "tty", "stdin"}).error().context,
             "unknown field `extra`");
   EXPECT_TRUE(f.only({"argv", "env", "limits", "tty", "stdin", "extra"}).has_value());
   auto big = parse_json_object(R"({"n": 9223372036854775808, "m": -9223372036854775808})");
   ASSERT_TRUE(big);
-  EXPECT_EQ(JsonFields(*big).integer("n").error().message, "field `n` is out of range");
+  EXPECT_EQ(JsonFields(*big).integer("n").error().context, "field `n` is out of range");
   EXPECT_EQ(JsonFields(*big).integer("m").value(), INT64_MIN);
+  EXPECT_EQ(f.string_array("argv").error().code, ErrorCode::invalid_argument);
   EXPECT_FALSE(parse_json_object("\"just a string\""));
   EXPECT_FALSE(parse_json_object("{\"a\": \"\xff\"}"));  // invalid UTF-8
 }

@@ -1,18 +1,18 @@
-#include "api/json_body.h"
+#include "common/json_fields.h"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 #include <cmath>
 
-namespace cela::api {
+namespace cela {
 
-ApiResult<boost::json::object> parse_json_object(std::string_view body) {
+Result<boost::json::object> parse_json_object(std::string_view body, std::string_view what) {
   boost::json::parse_options options;  // defaults are strict RFC 8259
   options.max_depth = 32;
   boost::system::error_code ec;
   boost::json::value value = boost::json::parse(body, ec, {}, options);
-  if (ec) return api_fail(ApiError::invalid_request("malformed JSON body: " + ec.message()));
-  if (!value.is_object()) return api_fail(ApiError::invalid_request("JSON body must be an object"));
+  if (ec) return fail(ErrorCode::invalid_argument, "malformed " + std::string(what) + ": " + ec.message());
+  if (!value.is_object()) return fail(ErrorCode::invalid_argument, std::string(what) + " must be an object");
   return std::move(value.as_object());
 }
 
@@ -24,8 +24,8 @@ std::string JsonFields::path_of(std::string_view key) const {
   return path_ + "." + std::string(key);
 }
 
-ApiError JsonFields::invalid(std::string_view key, std::string_view what) const {
-  return ApiError::invalid_request("field `" + path_of(key) + "` " + std::string(what));
+Error JsonFields::invalid(std::string_view key, std::string_view what) const {
+  return Error{ErrorCode::invalid_argument, 0, "field `" + path_of(key) + "` " + std::string(what)};
 }
 
 const boost::json::value* JsonFields::find(std::string_view key) const {
@@ -34,59 +34,59 @@ const boost::json::value* JsonFields::find(std::string_view key) const {
   return &it->value();
 }
 
-ApiResult<std::optional<std::string>> JsonFields::string(std::string_view key) const {
+Result<std::optional<std::string>> JsonFields::string(std::string_view key) const {
   const auto* v = find(key);
   if (!v) return std::optional<std::string>{};
-  if (!v->is_string()) return api_fail(invalid(key, "must be a string"));
+  if (!v->is_string()) return std::unexpected(invalid(key, "must be a string"));
   return std::optional<std::string>{std::string(v->as_string())};
 }
 
-ApiResult<std::optional<double>> JsonFields::number(std::string_view key) const {
+Result<std::optional<double>> JsonFields::number(std::string_view key) const {
   const auto* v = find(key);
   if (!v) return std::optional<double>{};
-  if (!v->is_number()) return api_fail(invalid(key, "must be a number"));
+  if (!v->is_number()) return std::unexpected(invalid(key, "must be a number"));
   return std::optional<double>{v->to_number<double>()};
 }
 
-ApiResult<std::optional<std::int64_t>> JsonFields::integer(std::string_view key) const {
+Result<std::optional<std::int64_t>> JsonFields::integer(std::string_view key) const {
   const auto* v = find(key);
   if (!v) return std::optional<std::int64_t>{};
   if (v->is_int64()) return std::optional<std::int64_t>{v->get_int64()};
   // Numbers past INT64_MAX parse as uint64 (or double): integers, but out of range.
-  if (v->is_uint64()) return api_fail(invalid(key, "is out of range"));
+  if (v->is_uint64()) return std::unexpected(invalid(key, "is out of range"));
   if (!v->is_double() || std::trunc(v->get_double()) != v->get_double()) {
-    return api_fail(invalid(key, "must be an integer"));
+    return std::unexpected(invalid(key, "must be an integer"));
   }
   double d = v->get_double();
   // -2^63 is representable, 2^63 is not.
   if (d < -9223372036854775808.0 || d >= 9223372036854775808.0) {
-    return api_fail(invalid(key, "is out of range"));
+    return std::unexpected(invalid(key, "is out of range"));
   }
   return std::optional<std::int64_t>{static_cast<std::int64_t>(d)};
 }
 
-ApiResult<std::optional<bool>> JsonFields::boolean(std::string_view key) const {
+Result<std::optional<bool>> JsonFields::boolean(std::string_view key) const {
   const auto* v = find(key);
   if (!v) return std::optional<bool>{};
-  if (!v->is_bool()) return api_fail(invalid(key, "must be true or false"));
+  if (!v->is_bool()) return std::unexpected(invalid(key, "must be true or false"));
   return std::optional<bool>{v->get_bool()};
 }
 
-ApiResult<std::optional<JsonFields>> JsonFields::object(std::string_view key) const {
+Result<std::optional<JsonFields>> JsonFields::object(std::string_view key) const {
   const auto* v = find(key);
   if (!v) return std::optional<JsonFields>{};
-  if (!v->is_object()) return api_fail(invalid(key, "must be an object"));
+  if (!v->is_object()) return std::unexpected(invalid(key, "must be an object"));
   return std::optional<JsonFields>{JsonFields(v->get_object(), path_of(key))};
 }
 
-ApiResult<const boost::json::array*> JsonFields::array(std::string_view key) const {
+Result<const boost::json::array*> JsonFields::array(std::string_view key) const {
   const auto* v = find(key);
   if (!v) return nullptr;
-  if (!v->is_array()) return api_fail(invalid(key, "must be an array"));
+  if (!v->is_array()) return std::unexpected(invalid(key, "must be an array"));
   return &v->get_array();
 }
 
-ApiResult<std::optional<std::vector<std::string>>> JsonFields::string_array(
+Result<std::optional<std::vector<std::string>>> JsonFields::string_array(
     std::string_view key) const {
   auto arr = array(key);
   if (!arr) return std::unexpected(arr.error());
@@ -96,7 +96,7 @@ ApiResult<std::optional<std::vector<std::string>>> JsonFields::string_array(
   for (std::size_t i = 0; i < (*arr)->size(); ++i) {
     const auto& item = (**arr)[i];
     if (!item.is_string()) {
-      return api_fail(
+      return std::unexpected(
           invalid(std::string(key) + "[" + std::to_string(i) + "]", "must be a string"));
     }
     out.emplace_back(item.get_string());
@@ -104,7 +104,7 @@ ApiResult<std::optional<std::vector<std::string>>> JsonFields::string_array(
   return std::optional<std::vector<std::string>>{std::move(out)};
 }
 
-ApiResult<std::optional<std::map<std::string, std::string>>> JsonFields::string_map(
+Result<std::optional<std::map<std::string, std::string>>> JsonFields::string_map(
     std::string_view key) const {
   auto obj = object(key);
   if (!obj) return std::unexpected(obj.error());
@@ -112,43 +112,43 @@ ApiResult<std::optional<std::map<std::string, std::string>>> JsonFields::string_
   std::map<std::string, std::string> out;
   for (const auto& item : (*obj)->raw()) {
     if (!item.value().is_string()) {
-      return api_fail((*obj)->invalid(item.key(), "must be a string"));
+      return std::unexpected((*obj)->invalid(item.key(), "must be a string"));
     }
     out[std::string(item.key())] = std::string(item.value().get_string());
   }
   return std::optional<std::map<std::string, std::string>>{std::move(out)};
 }
 
-ApiResult<std::string> JsonFields::require_string(std::string_view key) const {
+Result<std::string> JsonFields::require_string(std::string_view key) const {
   auto value = string(key);
   if (!value) return std::unexpected(value.error());
-  if (!*value) return api_fail(invalid(key, "is required"));
+  if (!*value) return std::unexpected(invalid(key, "is required"));
   return std::move(**value);
 }
 
-ApiResult<std::int64_t> JsonFields::require_integer(std::string_view key) const {
+Result<std::int64_t> JsonFields::require_integer(std::string_view key) const {
   auto value = integer(key);
   if (!value) return std::unexpected(value.error());
-  if (!*value) return api_fail(invalid(key, "is required"));
+  if (!*value) return std::unexpected(invalid(key, "is required"));
   return **value;
 }
 
-ApiResult<JsonFields> JsonFields::require_object(std::string_view key) const {
+Result<JsonFields> JsonFields::require_object(std::string_view key) const {
   auto value = object(key);
   if (!value) return std::unexpected(value.error());
-  if (!*value) return api_fail(invalid(key, "is required"));
+  if (!*value) return std::unexpected(invalid(key, "is required"));
   return **value;
 }
 
-ApiResult<void> JsonFields::only(std::initializer_list<std::string_view> known) const {
+Result<void> JsonFields::only(std::initializer_list<std::string_view> known) const {
   for (const auto& item : *object_) {
     bool found = false;
     for (std::string_view k : known) found = found || k == item.key();
     if (!found) {
-      return api_fail(ApiError::invalid_request("unknown field `" + path_of(item.key()) + "`"));
+      return std::unexpected(Error{ErrorCode::invalid_argument, 0, "unknown field `" + path_of(item.key()) + "`"});
     }
   }
   return {};
 }
 
-}  // namespace cela::api
+}  // namespace cela
