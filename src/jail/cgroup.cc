@@ -227,6 +227,20 @@ Result<bool> cgroup2_kill(const std::string& dir) {
   return true;
 }
 
+Result<void> cgroup2_freeze(const std::string& dir, bool frozen) {
+  if (auto r = write_file(dir + "/cgroup.freeze", frozen ? "1" : "0"); !r) return r;
+  auto settled = poll_until(
+      [&]() -> Result<bool> {
+        auto state = read_key(dir + "/cgroup.events", "frozen");
+        if (!state) return std::unexpected(state.error());
+        return *state == (frozen ? 1 : 0);
+      },
+      kFreezeTimeout);
+  if (!settled) return std::unexpected(settled.error());
+  if (!*settled) return fail(ErrorCode::system, "cgroup " + dir + ": freezer did not settle");
+  return {};
+}
+
 CreatedDirs::~CreatedDirs() {
   for (auto it = dirs_.rbegin(); it != dirs_.rend(); ++it) ::rmdir(it->c_str());
 }

@@ -69,6 +69,8 @@ Result<std::vector<std::string>> list_children(const std::string& dir);
 Result<bool> cgroup2_populated(const std::string& dir);
 // Writes "1" to cgroup.kill: false when the kernel has none (before 5.14).
 Result<bool> cgroup2_kill(const std::string& dir);
+// Writes cgroup.freeze and waits (kFreezeTimeout) until cgroup.events says so.
+Result<void> cgroup2_freeze(const std::string& dir, bool frozen);
 
 // Directories made during a create(); removed again (best effort) unless committed.
 class CreatedDirs {

@@ -173,21 +173,9 @@ Result<void> CgroupV1::freeze(bool frozen) {
     if (!*settled) return fail(ErrorCode::system, "cgroup " + name_ + ": freezer did not settle");
     return {};
   }
-  if (!paths_.unified.empty()) {
-    // Hybrid host without a v1 freezer: the controller-less cgroup2 node has
-    // cgroup.freeze in every non-root cgroup.
-    if (auto r = write_file(paths_.unified + "/cgroup.freeze", frozen ? "1" : "0"); !r) return r;
-    auto settled = poll_until(
-        [&]() -> Result<bool> {
-          auto state = read_key(paths_.unified + "/cgroup.events", "frozen");
-          if (!state) return std::unexpected(state.error());
-          return *state == (frozen ? 1 : 0);
-        },
-        kFreezeTimeout);
-    if (!settled) return std::unexpected(settled.error());
-    if (!*settled) return fail(ErrorCode::system, "cgroup " + name_ + ": freezer did not settle");
-    return {};
-  }
+  // Hybrid host without a v1 freezer: the controller-less cgroup2 node has
+  // cgroup.freeze in every non-root cgroup.
+  if (!paths_.unified.empty()) return cgroup2_freeze(paths_.unified, frozen);
   return fail(ErrorCode::not_found, "cgroup " + name_ + ": no freezer on this host");
 }
 

@@ -105,19 +105,7 @@ Result<void> CgroupV2::kill_all() {
   return freeze_kill_thaw();
 }
 
-Result<void> CgroupV2::freeze(bool frozen) {
-  if (auto r = write_file(file("cgroup.freeze"), frozen ? "1" : "0"); !r) return r;
-  auto settled = poll_until(
-      [&]() -> Result<bool> {
-        auto state = read_key(file("cgroup.events"), "frozen");
-        if (!state) return std::unexpected(state.error());
-        return *state == (frozen ? 1 : 0);
-      },
-      kFreezeTimeout);
-  if (!settled) return std::unexpected(settled.error());
-  if (!*settled) return fail(ErrorCode::system, "cgroup " + name_ + ": freezer did not settle");
-  return {};
-}
+Result<void> CgroupV2::freeze(bool frozen) { return cgroup2_freeze(dir_, frozen); }
 
 // Without cgroup.kill: freeze first so no task forks between listing cgroup.procs and
 // signalling it (a freeze that does not settle in time still gets the signals), then

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import threading
 import time
@@ -13,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-import ownership
 from conftest import sandbox_pids, wait_until
 from daemon_util import Daemon
 
@@ -132,29 +132,25 @@ def test_sigterm_ends_sessions_and_execs_as_daemon_shutdown(tmp_path):
 
 # ---- 3. kill -9 under create load ------------------------------------------------------
 
-def holders_of(paths):
-    """Pids (of this test) holding an fd on any of `paths` (files or sockets by inode)."""
-    targets = set()
-    inodes = set()
-    for p in paths:
-        try:
-            st = os.stat(p)
-            targets.add(os.path.realpath(p))
-            inodes.add(st.st_ino)
-        except OSError:
-            pass
+def pids_with_fd(match):
+    """Pids (any) holding an fd whose link text satisfies `match`."""
     out = set()
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             for fd in (proc / "fd").iterdir():
-                link = os.readlink(fd)
-                if link in targets:
+                if match(os.readlink(fd)):
                     out.add(int(proc.name))
         except OSError:
             continue
     return out
+
+
+def holders_of(paths):
+    """Pids holding an fd on any of `paths`."""
+    targets = {os.path.realpath(p) for p in paths if os.path.exists(p)}
+    return pids_with_fd(lambda link: link in targets)
 
 
 def listening_socket_holders(port):
@@ -166,18 +162,7 @@ def listening_socket_holders(port):
             local, state, inode = parts[1], parts[3], parts[9]
             if state == "0A" and int(local.split(":")[1], 16) == port:
                 inodes.add(inode)
-    out = set()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            for fd in (proc / "fd").iterdir():
-                link = os.readlink(fd)
-                if link.startswith("socket:[") and link[8:-1] in inodes:
-                    out.add(int(proc.name))
-        except OSError:
-            continue
-    return out
+    return pids_with_fd(lambda link: link.startswith("socket:[") and link[8:-1] in inodes)
 
 
 def test_kill_9_under_create_load_leaves_no_holder_and_recovers_fast(tmp_path):
@@ -280,8 +265,7 @@ def test_state_dir_full_no_record_lies(small_state):
         filler.unlink()
         # Space is back: the daemon is truthful again without a restart.
         assert wait_until(lambda: d.request("DELETE", f"/v1/sessions/{doomed}")[0] == 200, 10)
-        con_state = ownership  # the store itself, read directly
-        import sqlite3
+        # The store itself, read directly.
         con = sqlite3.connect(f"file:{d.state}/cela.db?mode=ro", uri=True)
         row = con.execute("SELECT state, termination_reason FROM sessions WHERE id = ?", (doomed,)).fetchone()
         con.close()

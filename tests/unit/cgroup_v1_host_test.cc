@@ -264,6 +264,43 @@ TEST_F(CgroupV1Host, AttachKillAllAndDestroy) {
   EXPECT_TRUE(cg.destroy());
 }
 
+TEST_F(CgroupV1Host, FreezeStopsTheProcessesAndThawResumesThem) {
+  Cgroup& cg = create(*host_);
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  // The child writes a byte every 10 ms while it runs.
+  pid_t child = start_in(cg, [&] {
+    ::close(pipefd[0]);
+    for (;;) {
+      if (::write(pipefd[1], "x", 1) != 1) return 1;
+      ::usleep(10'000);
+    }
+  });
+  ASSERT_GT(child, 0);
+  ::close(pipefd[1]);
+  ::fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
+  auto drain = [&] {
+    char buf[4096];
+    ssize_t total = 0, n;
+    while ((n = ::read(pipefd[0], buf, sizeof buf)) > 0) total += n;
+    return total;
+  };
+  ::usleep(50'000);
+  EXPECT_GT(drain(), 0);
+  auto frozen = cg.freeze(true);
+  ASSERT_TRUE(frozen) << frozen.error().message();
+  drain();
+  ::usleep(100'000);
+  EXPECT_EQ(drain(), 0) << "a frozen process kept running";
+  auto thawed = cg.freeze(false);
+  ASSERT_TRUE(thawed) << thawed.error().message();
+  ::usleep(100'000);
+  EXPECT_GT(drain(), 0) << "a thawed process did not resume";
+  ASSERT_TRUE(cg.kill_all());
+  EXPECT_TRUE(killed_by_sigkill(wait_exit(child)));
+  ::close(pipefd[0]);
+}
+
 TEST_F(CgroupV1Host, DestroyKillsWhatIsStillRunning) {
   Cgroup& cg = create(*host_);
   ReadySignal ready;

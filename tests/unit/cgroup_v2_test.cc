@@ -442,5 +442,25 @@ TEST_F(CgroupV2Fake, ListNamesTheNodesUnderCela) {
   EXPECT_EQ(*names, (std::vector<std::string>{"a", "b"}));
 }
 
+TEST_F(CgroupV2Fake, FreezeWritesCgroupFreezeAndWaitsForTheKernel) {
+  auto cg = create("s1");
+  ASSERT_TRUE(cg);
+  // The kernel reports the new state in cgroup.events; here a thread plays the kernel.
+  std::jthread kernel([&] {
+    for (int i = 0; i < 200 && slurp(node("s1") / "cgroup.freeze") != "1"; ++i) ::usleep(2000);
+    put(node("s1") / "cgroup.events", "populated 1\nfrozen 1\n");
+  });
+  auto frozen = cg->freeze(true);
+  ASSERT_TRUE(frozen) << frozen.error().message();
+  EXPECT_EQ(slurp(node("s1") / "cgroup.freeze"), "1");
+  kernel.join();
+  // A freeze the kernel never confirms is an error, not a silent success.
+  put(node("s1") / "cgroup.events", "populated 1\nfrozen 1\n");
+  auto stuck = cg->freeze(false);
+  ASSERT_FALSE(stuck);
+  EXPECT_NE(stuck.error().message().find("did not settle"), std::string::npos) << stuck.error().message();
+  put(node("s1") / "cgroup.events", "populated 1\nfrozen 0\n");
+}
+
 }  // namespace
 }  // namespace cela::jail
