@@ -27,6 +27,7 @@ namespace cela::cli {
 namespace {
 
 using namespace cela::jail;
+using agent::ExecRequest;
 using Clock = std::chrono::steady_clock;
 
 struct RunOptions {
@@ -231,7 +232,7 @@ void supervise(Sandbox& sb, StartedExec& ex, const Plan& plan, int out_fd, int e
       if (!ev) {
         obs.failure = "the sandbox's init died";
         stop();
-      } else if (ev->type() == "exited" && ev->body.at("id").to_number<uint64_t>() == ex.id) {
+      } else if (ev->type() == agent::MessageType::exited && ev->body.at("id").to_number<uint64_t>() == ex.id) {
         obs.wait_status = ev->body.at("status").to_number<int>();
         stop();
       }

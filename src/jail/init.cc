@@ -23,14 +23,22 @@
 #include <map>
 
 #include "jail/caps.h"
-#include "jail/protocol.h"
+#include "agent/protocol.h"
 
 namespace cela::jail {
 namespace json = boost::json;
+using agent::ExecRequest;
+using agent::ExecStep;
+using agent::Message;
+using agent::MessageType;
+using agent::message;
+using agent::recv_message;
+using agent::send_message;
 namespace {
 
 [[noreturn]] void setup_failed(int control_fd, const Error& error) {
-  (void)send_message(control_fd, {{"type", "setup_error"}, {"step", error.context}, {"errno", error.err}});
+  // `step` here is context for people ("mount overlay on /newroot"), not matched.
+  (void)send_message(control_fd, message(MessageType::setup_error, {{"step", error.context}, {"errno", error.err}}));
   ::_exit(1);
 }
 
@@ -75,7 +83,7 @@ Result<void> setup_namespaces(const InitConfig& config) {
 }
 
 Result<void> setup_rootfs(const InitConfig& config, Message go) {
-  if (go.type() != "rootfs" || go.fds.empty()) return fail(ErrorCode::internal, "expected rootfs message with fds");
+  if (go.type() != MessageType::rootfs || go.fds.empty()) return fail(ErrorCode::internal, "expected rootfs message with fds");
   RootfsMounts mounts;
   mounts.overlay = std::move(go.fds[0]);
   const auto& targets = go.body.at("binds").as_array();
@@ -96,19 +104,17 @@ Result<void> setup_rootfs(const InitConfig& config, Message go) {
 
 // ---- Starting an exec -------------------------------------------------------------
 
-// Steps an exec can fail at before execve succeeds, reported over a CLOEXEC pipe.
-enum ExecStep : int { kStepCgroup, kStepSetsid, kStepStdio, kStepRlimit, kStepCaps, kStepIds, kStepChdir,
-                      kStepNoNewPrivs, kStepSeccomp, kStepExecve };
-const char* step_name(int step) {
-  static const char* names[] = {"join cgroup", "setsid", "stdio", "rlimit", "capabilities", "set ids", "chdir",
-                                "no_new_privs", "seccomp", "execve"};
-  return step >= 0 && step <= kStepExecve ? names[step] : "unknown";
-}
-
+// The step an exec failed at (agent::ExecStep) and its errno, written by the child to
+// a CLOEXEC pipe; EOF instead means execve succeeded.
 struct ExecFailure {
-  int step;
+  int step;  // static_cast<int>(ExecStep), -1 for none
   int err;
 };
+constexpr int kStepCgroup = static_cast<int>(ExecStep::cgroup), kStepSetsid = static_cast<int>(ExecStep::setsid),
+              kStepStdio = static_cast<int>(ExecStep::stdio), kStepRlimit = static_cast<int>(ExecStep::rlimit),
+              kStepCaps = static_cast<int>(ExecStep::caps), kStepIds = static_cast<int>(ExecStep::ids),
+              kStepChdir = static_cast<int>(ExecStep::chdir), kStepNoNewPrivs = static_cast<int>(ExecStep::no_new_privs),
+              kStepSeccomp = static_cast<int>(ExecStep::seccomp), kStepExecve = static_cast<int>(ExecStep::execve);
 
 [[noreturn]] void exec_failed(int report_fd, int step, int err) {
   ExecFailure f{step, err};
@@ -251,15 +257,15 @@ class Init {
     auto msg = recv_message(config_.control_fd);
     // Host gone (or the channel broken): exit; the kernel kills the namespace.
     if (!msg) ::_exit(0);
-    std::string type = msg->type();
-    if (type == "exec") {
+    MessageType type = msg->type();
+    if (type == MessageType::exec) {
       start_exec(*msg);
-    } else if (type == "signal") {
+    } else if (type == MessageType::signal) {
       auto id = msg->body.at("id").to_number<uint64_t>();
       int sig = msg->body.at("signal").to_number<int>();
       for (auto& [pid, exec_id] : execs_)
         if (exec_id == id) ::kill(-pid, sig);
-    } else if (type == "shutdown") {
+    } else if (type == MessageType::shutdown) {
       ::kill(-1, SIGKILL);
       ::_exit(0);
     }
@@ -272,7 +278,8 @@ class Init {
     if (!req) {
       uint64_t id = body.contains("id") ? body.at("id").to_number<uint64_t>() : 0;
       (void)send_message(config_.control_fd,
-                         {{"type", "exec_error"}, {"id", id}, {"step", req.error().context}, {"errno", EINVAL}});
+                         message(MessageType::exec_error,
+                                 {{"id", id}, {"step", to_string(ExecStep::request)}, {"errno", EINVAL}}));
       return;
     }
     int pipes[3][2];
@@ -280,7 +287,7 @@ class Init {
     if (::pipe2(pipes[0], O_CLOEXEC) || ::pipe2(pipes[1], O_CLOEXEC) || ::pipe2(pipes[2], O_CLOEXEC) ||
         ::pipe2(report, O_CLOEXEC)) {
       (void)send_message(config_.control_fd,
-                         {{"type", "exec_error"}, {"id", req->id}, {"step", "pipe"}, {"errno", errno}});
+                         message(MessageType::exec_error, {{"id", req->id}, {"step", to_string(ExecStep::pipe)}, {"errno", errno}}));
       return;
     }
     PreparedExec prep;
@@ -314,13 +321,13 @@ class Init {
     ::close(report[0]);
     if (failure.step >= 0) {
       if (pid > 0) ::waitpid(pid, nullptr, 0);
-      (void)send_message(config_.control_fd, {{"type", "exec_error"},
-                                              {"id", req->id},
-                                              {"step", step_name(failure.step)},
-                                              {"errno", failure.err}});
+      (void)send_message(config_.control_fd,
+                         message(MessageType::exec_error, {{"id", req->id},
+                                                           {"step", to_string(static_cast<ExecStep>(failure.step))},
+                                                           {"errno", failure.err}}));
     } else {
       execs_[pid] = req->id;
-      (void)send_message(config_.control_fd, {{"type", "started"}, {"id", req->id}, {"pid", pid}},
+      (void)send_message(config_.control_fd, message(MessageType::started, {{"id", req->id}, {"pid", pid}}),
                          {pipes[0][1], pipes[1][0], pipes[2][0]});
     }
     ::close(pipes[0][1]);
@@ -340,7 +347,7 @@ class Init {
       if (pid <= 0) break;
       auto it = execs_.find(pid);
       if (it == execs_.end()) continue;
-      (void)send_message(config_.control_fd, {{"type", "exited"}, {"id", it->second}, {"status", status}});
+      (void)send_message(config_.control_fd, message(MessageType::exited, {{"id", it->second}, {"status", status}}));
       execs_.erase(it);
     }
   }
@@ -379,7 +386,7 @@ void run_init(const InitConfig& config) {
   ::syscall(SYS_close_range, 3, low - 1, 0);
   ::syscall(SYS_close_range, low + 1, high - 1, 0);
   ::syscall(SYS_close_range, high + 1, ~0U, 0);
-  if (auto r = send_message(config.control_fd, {{"type", "ready"}}); !r) ::_exit(1);
+  if (auto r = send_message(config.control_fd, message(MessageType::ready)); !r) ::_exit(1);
   Init(config, signal_fd).serve();
 }
 
@@ -387,7 +394,7 @@ void run_init_reexec(int control_fd) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   auto msg = recv_message(control_fd);
   if (!msg) ::_exit(1);
-  if (msg->type() != "config") setup_failed(control_fd, Error{ErrorCode::internal, 0, "expected config message"});
+  if (msg->type() != MessageType::config) setup_failed(control_fd, Error{ErrorCode::internal, 0, "expected config message"});
   // The host side compiled (and cached) the program before starting us.
   static SeccompProgram seccomp;
   auto program = cached_seccomp_program();

@@ -20,6 +20,12 @@
 
 namespace cela::jail {
 namespace json = boost::json;
+using agent::ExecRequest;
+using agent::Message;
+using agent::MessageType;
+using agent::message;
+using agent::recv_message;
+using agent::send_message;
 namespace {
 
 // The namespaces cloned at birth. The cgroup namespace is entered by init itself
@@ -113,10 +119,10 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
   if (auto r = write_id_maps(pid, spec.host_uid_base); !r) return std::unexpected(r.error());
   if (spec.reexec_init) {
     if (::send(sb->control_fd(), "m", 1, MSG_NOSIGNAL) != 1) return sys_fail("signal id maps to init");
-    json::object config{{"type", "config"}, {"hostname", spec.hostname}, {"shm_bytes", spec.rootfs.shm_bytes}};
+    json::object config = message(MessageType::config, {{"hostname", spec.hostname}, {"shm_bytes", spec.rootfs.shm_bytes}});
     if (auto r = send_message(sb->control_fd(), config); !r) return std::unexpected(r.error());
   }
-  if (auto r = send_message(sb->control_fd(), {{"type", "maps"}}, attach); !r) return std::unexpected(r.error());
+  if (auto r = send_message(sb->control_fd(), message(MessageType::maps), attach); !r) return std::unexpected(r.error());
   attach_fds->clear();
   {
     std::string userns_path = "/proc/" + std::to_string(pid) + "/ns/user";
@@ -130,20 +136,20 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
       targets.emplace_back(target);
       fds.push_back(fd.get());
     }
-    if (auto r = send_message(sb->control_fd(), {{"type", "rootfs"}, {"binds", targets}}, fds); !r)
+    if (auto r = send_message(sb->control_fd(), message(MessageType::rootfs, {{"binds", targets}}), fds); !r)
       return std::unexpected(r.error());
   }  // our copies of the mount fds close here; the sandbox holds the only references
 
   auto ready = recv_message(sb->control_fd());
   if (!ready) {
-    if (is_eof(ready.error())) return fail(ErrorCode::system, "sandbox init exited during setup");
+    if (agent::is_eof(ready.error())) return fail(ErrorCode::system, "sandbox init exited during setup");
     return std::unexpected(ready.error());
   }
-  if (ready->type() == "setup_error") {
+  if (ready->type() == MessageType::setup_error) {
     return fail(ErrorCode::system, "sandbox setup: " + std::string(ready->body.at("step").as_string()),
                 ready->body.at("errno").to_number<int>());
   }
-  if (ready->type() != "ready") return fail(ErrorCode::internal, "unexpected message from init: " + ready->type());
+  if (ready->type() != MessageType::ready) return fail(ErrorCode::internal, "unexpected message from init during setup");
   sb->startup_ = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began);
   return sb;
 }
@@ -152,16 +158,16 @@ Sandbox::~Sandbox() {
   if (auto r = destroy(); !r) std::fprintf(stderr, "cela: sandbox teardown: %s\n", r.error().message().c_str());
 }
 
-Result<Message> Sandbox::wait_for(std::string_view type, uint64_t id) {
+Result<Message> Sandbox::wait_for(MessageType type, uint64_t id) {
   for (;;) {
     auto msg = recv_message(control_fd());
     if (!msg) {
-      if (is_eof(msg.error())) return fail(ErrorCode::system, "sandbox init died");
+      if (agent::is_eof(msg.error())) return fail(ErrorCode::system, "sandbox init died");
       return msg;
     }
     auto* mid = msg->body.if_contains("id");
     bool ours = mid && mid->to_number<uint64_t>() == id;
-    if (ours && (msg->type() == type || msg->type() == "exec_error")) return msg;
+    if (ours && (msg->type() == type || msg->type() == MessageType::exec_error)) return msg;
     pending_.push_back(std::move(*msg));
   }
 }
@@ -169,9 +175,9 @@ Result<Message> Sandbox::wait_for(std::string_view type, uint64_t id) {
 Result<StartedExec> Sandbox::exec(ExecRequest request) {
   request.id = next_exec_id_++;
   if (auto r = send_message(control_fd(), request.to_json()); !r) return std::unexpected(r.error());
-  auto reply = wait_for("started", request.id);
+  auto reply = wait_for(MessageType::started, request.id);
   if (!reply) return std::unexpected(reply.error());
-  if (reply->type() == "exec_error") {
+  if (reply->type() == MessageType::exec_error) {
     return fail(ErrorCode::invalid_argument, std::string(reply->body.at("step").as_string()),
                 reply->body.at("errno").to_number<int>());
   }
@@ -190,7 +196,7 @@ Result<void> Sandbox::send_exec(const ExecRequest& request, const std::vector<in
 }
 
 Result<void> Sandbox::signal_exec(uint64_t id, int sig) {
-  return send_message(control_fd(), {{"type", "signal"}, {"id", id}, {"signal", sig}});
+  return send_message(control_fd(), message(MessageType::signal, {{"id", id}, {"signal", sig}}));
 }
 
 Result<Message> Sandbox::next_event() {

@@ -4,7 +4,7 @@
 // namespaces (it enters its cgroup namespace itself once attached), maps its ids to
 // the slot's host range, attaches it to a fresh cgroup, prepares the root filesystem
 // from the host side and hands it over, and returns once init reports `ready` (or the
-// step and errno that failed). Execs then start through init (jail/protocol.h).
+// step and errno that failed). Execs then start through init (agent/protocol.h).
 //
 // Ownership: the Sandbox owns the init process (pidfd), the control socket and the
 // cgroup. destroy() -- or the destructor -- kills init (the pid namespace and all its
@@ -23,7 +23,7 @@
 #include "common/fd.h"
 #include "jail/cgroup.h"
 #include "jail/mounts.h"
-#include "jail/protocol.h"
+#include "agent/protocol.h"
 #include "jail/seccomp.h"
 
 namespace cela::jail {
@@ -69,18 +69,18 @@ class Sandbox {
   // Starts an exec; returns once init reports it started. An exec that could not
   // start (bad cwd, command not found) yields ExecStartError in the Error's context
   // as "<step>" with its errno.
-  Result<StartedExec> exec(ExecRequest request);
+  Result<StartedExec> exec(agent::ExecRequest request);
 
   // Sends an exec request without waiting for its reply (for an event loop that reads
   // the control socket itself); `fds` ride along (cgroup files the exec joins).
-  Result<void> send_exec(const ExecRequest& request, const std::vector<int>& fds = {});
+  Result<void> send_exec(const agent::ExecRequest& request, const std::vector<int>& fds = {});
   // Asks init to signal the process group of exec `id`.
   Result<void> signal_exec(uint64_t id, int sig);
 
   // The control socket: poll it, then next_event() returns one message (`exited`,
   // ...). EOF means init died.
   int control_fd() const { return control_.get(); }
-  Result<Message> next_event();
+  Result<agent::Message> next_event();
   // Readable (POLLIN) when init has exited.
   int pidfd() const { return pidfd_.get(); }
   pid_t init_pid() const { return init_pid_; }
@@ -96,13 +96,13 @@ class Sandbox {
 
  private:
   Sandbox() = default;
-  Result<Message> wait_for(std::string_view type, uint64_t id);
+  Result<agent::Message> wait_for(agent::MessageType type, uint64_t id);
 
   pid_t init_pid_ = -1;
   UniqueFd pidfd_;
   UniqueFd control_;
   std::unique_ptr<Cgroup> cgroup_;
-  std::deque<Message> pending_;  // events that arrived while waiting for a reply
+  std::deque<agent::Message> pending_;  // events that arrived while waiting for a reply
   uint64_t next_exec_id_ = 1;
   bool reaped_ = false;
   bool destroyed_ = false;

@@ -201,7 +201,7 @@ class JailInstance final : public Instance {
     }
     std::vector<int> fds;
     for (auto& fd : *join) fds.push_back(fd.get());
-    jail::ExecRequest req = to_exec_request(spec);
+    agent::ExecRequest req = to_exec_request(spec);
     req.id = id;
     auto e = std::make_unique<JailExec>(*reactor_, std::move(*cg), listener);
     if (auto sent = sandbox_->send_exec(req, fds); !sent) return std::unexpected(sent.error());
@@ -280,22 +280,22 @@ class JailInstance final : public Instance {
   void on_control() {
     auto msg = sandbox_->next_event();
     if (!msg) return died("the session's init process closed its control channel");
-    std::string type = msg->type();
+    agent::MessageType type = msg->type();
     auto* idv = msg->body.if_contains("id");
     uint64_t id = idv && idv->is_number() ? idv->to_number<uint64_t>() : 0;
     auto it = execs_.find(id);
     if (it != execs_.end()) {
       Entry entry = it->second;
-      if (type == "started" && msg->fds.size() == 3) {
+      if (type == agent::MessageType::started && msg->fds.size() == 3) {
         auto* pid = msg->body.if_contains("pid");
         entry.exec->started(std::move(msg->fds[0]), std::move(msg->fds[1]), std::move(msg->fds[2]));
         entry.listener->on_started(pid && pid->is_number() ? pid->to_number<pid_t>() : 0);
-      } else if (type == "exec_error") {
+      } else if (type == agent::MessageType::exec_error) {
         StartFailure f;
-        if (auto* s = msg->body.if_contains("step"); s && s->is_string()) f.step = std::string(s->as_string());
+        if (auto* s = msg->body.if_contains("step"); s && s->is_string()) f.step = agent::exec_step(s->as_string());
         if (auto* e = msg->body.if_contains("errno"); e && e->is_number()) f.err = e->to_number<int>();
         entry.listener->on_start_failed(f);
-      } else if (type == "exited") {
+      } else if (type == agent::MessageType::exited) {
         auto* st = msg->body.if_contains("status");
         entry.listener->on_exited(st && st->is_number() ? st->to_number<int>() : 0);
       }
@@ -360,8 +360,8 @@ class JailBackend final : public Backend {
 
 }  // namespace
 
-jail::ExecRequest to_exec_request(const ProcessSpec& spec) {
-  jail::ExecRequest req;
+agent::ExecRequest to_exec_request(const ProcessSpec& spec) {
+  agent::ExecRequest req;
   req.argv = spec.argv;
   req.env = spec.env;
   req.cwd = spec.cwd;

@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "jail/protocol.h"
+#include "agent/protocol.h"
 #include "runtime/runtime.h"
 
 namespace cela::runtime {
@@ -17,6 +17,6 @@ namespace cela::runtime {
 Result<std::unique_ptr<Backend>> open_jail_backend(uint32_t uid_slots);
 
 // The init protocol's exec request for a process spec (id 0: the caller numbers it).
-jail::ExecRequest to_exec_request(const ProcessSpec& spec);
+agent::ExecRequest to_exec_request(const ProcessSpec& spec);
 
 }  // namespace cela::runtime

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "agent/protocol.h"
 #include "common/fd.h"
 #include "jail/cgroup.h"
 
@@ -56,9 +57,12 @@ struct ProcessSpec {
 enum class Stream { stdout_stream, stderr_stream };
 std::string_view to_string(Stream stream);
 
-// Why a process did not start: the step inside the sandbox and its errno.
+// Why a process did not start: the step inside the sandbox (shared with the agent)
+// and its errno.
+using ExecStep = agent::ExecStep;
+using agent::to_string;
 struct StartFailure {
-  std::string step;  // "execve", "chdir", ...
+  ExecStep step = ExecStep::unknown;
   int err = 0;
 };
 

@@ -113,7 +113,7 @@ void SessionManager::start_exec(const Caller& caller, const std::string& session
     e->output = std::make_unique<OutputPipeline>(reactor_, output_dir_, r.id, config_.output_cap_bytes);
     auto started = s.instance->exec(*process, *e);
     if (!started) {
-      e->observed.start_failure = runtime::StartFailure{"send to init", started.error().err};
+      e->observed.start_failure = runtime::StartFailure{runtime::ExecStep::request, started.error().err};
       s.execs[r.id] = e;
       e->out_eof = e->err_eof = true;
       exec_finished(*e);

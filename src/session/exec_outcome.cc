@@ -22,11 +22,11 @@ void classify_exec(const ExecObservation& o, store::ExecRecord& r) {
   obs.stats = o.stats;
   if (o.start_failure) {
     const auto& f = *o.start_failure;
-    bool exec_step = f.step == "execve";
+    bool exec_step = f.step == runtime::ExecStep::execve;
     bool missing = exec_step && (f.err == ENOENT || f.err == ENOTDIR);
     obs.failure = missing     ? "command not found: " + o.command
                   : exec_step ? "cannot execute " + o.command
-                              : "cannot start the command (" + f.step + ")";
+                              : "cannot start the command (" + std::string(runtime::to_string(f.step)) + ")";
     obs.failure_errno = missing ? 0 : f.err;
     obs.failure_exit_code = exec_step ? (missing ? runtime::kExitNotFound : runtime::kExitCannotExec) : runtime::kExitFailed;
   }

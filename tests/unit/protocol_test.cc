@@ -1,4 +1,4 @@
-#include "jail/protocol.h"
+#include "agent/protocol.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 using namespace cela;
-using namespace cela::jail;
+using namespace cela::agent;
 
 namespace {
 struct Pair {
@@ -36,7 +36,7 @@ TEST(Protocol, ExecRequestRoundTripsWithFds) {
   ::close(pipefd[1]);
   auto msg = recv_message(p.b.get());
   ASSERT_TRUE(msg.has_value());
-  EXPECT_EQ(msg->type(), "exec");
+  EXPECT_EQ(msg->type(), MessageType::exec);
   ASSERT_EQ(msg->fds.size(), 1u);
   auto back = ExecRequest::from_json(msg->body);
   ASSERT_TRUE(back.has_value());
@@ -71,4 +71,25 @@ TEST(Protocol, MalformedMessagesAreRejected) {
   EXPECT_FALSE(ExecRequest::from_json(bad).has_value());
   boost::json::object wrong_type{{"type", "exec"}, {"id", "x"}};
   EXPECT_FALSE(ExecRequest::from_json(wrong_type).has_value());
+}
+
+TEST(Protocol, MessageTypesAndStepsAreTypedOnBothEnds) {
+  // Every type and step survives its wire name; unknown names are `unknown`, never a
+  // silent match of some other value.
+  for (int i = 0; i <= static_cast<int>(MessageType::unknown); ++i) {
+    auto t = static_cast<MessageType>(i);
+    EXPECT_EQ(message_type(to_string(t)), t);
+  }
+  for (int i = 0; i <= static_cast<int>(ExecStep::unknown); ++i) {
+    auto s = static_cast<ExecStep>(i);
+    EXPECT_EQ(exec_step(to_string(s)), s);
+  }
+  EXPECT_EQ(message_type("exec "), MessageType::unknown);
+  EXPECT_EQ(exec_step("EXECVE"), ExecStep::unknown);
+  Pair p;
+  ASSERT_TRUE(send_message(p.a.get(), message(MessageType::exited, {{"id", 7}, {"status", 0}})).has_value());
+  auto msg = recv_message(p.b.get());
+  ASSERT_TRUE(msg.has_value());
+  EXPECT_EQ(msg->type(), MessageType::exited);
+  EXPECT_EQ(msg->body.at("id").to_number<int>(), 7);
 }

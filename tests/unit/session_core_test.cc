@@ -76,12 +76,12 @@ TEST(ExecOutcome, SessionEndNamesItsReason) {
 TEST(ExecOutcome, StartFailures) {
   store::ExecRecord r;
   auto o = base_observation();
-  o.start_failure = runtime::StartFailure{"execve", ENOENT};
+  o.start_failure = runtime::StartFailure{runtime::ExecStep::execve, ENOENT};
   classify_exec(o, r);
   EXPECT_EQ(r.state, "failed");
   EXPECT_EQ(r.exit_code, 127);
   EXPECT_NE(r.reason.find("command not found: python3"), std::string::npos) << r.reason;
-  o.start_failure = runtime::StartFailure{"chdir", ENOENT};
+  o.start_failure = runtime::StartFailure{runtime::ExecStep::chdir, ENOENT};
   classify_exec(o, r);
   EXPECT_EQ(r.exit_code, 125);
   EXPECT_NE(r.reason.find("chdir"), std::string::npos) << r.reason;

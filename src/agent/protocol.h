@@ -16,7 +16,7 @@
 // init -> host:  ready {}                  root is assembled, execs can start
 //                setup_error {step, errno} setup failed; init exits
 //                started {id, pid} + fds [stdin write end, stdout read, stderr read]
-//                exec_error {id, step, errno}  the exec did not start
+//                exec_error {id, step, errno}  the exec did not start (step: ExecStep)
 //                exited {id, status}       wait status of the exec's main process
 //
 // The same protocol serves `cela run` (one exec) and the daemon (many execs per
@@ -26,22 +26,42 @@
 #include <boost/json/object.hpp>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/error.h"
 #include "common/fd.h"
 
-namespace cela::jail {
+namespace cela::agent {
 
 inline constexpr size_t kMaxMessageBytes = 256 * 1024;
 inline constexpr size_t kMaxMessageFds = 8;
+
+// Every message type of the protocol, on the wire by name (to_string).
+enum class MessageType {
+  config, maps, rootfs, exec, signal, shutdown,  // host -> init
+  ready, setup_error, started, exec_error, exited,  // init -> host
+  unknown,
+};
+std::string_view to_string(MessageType type);
+MessageType message_type(std::string_view name);
+
+// The steps an exec can fail at before its execve succeeds, shared by both ends (the
+// host words the failure from the step: ENOENT at execve is "command not found").
+enum class ExecStep { request, pipe, cgroup, setsid, stdio, rlimit, caps, ids, chdir, no_new_privs, seccomp, execve,
+                      unknown };
+std::string_view to_string(ExecStep step);
+ExecStep exec_step(std::string_view name);
 
 struct Message {
   boost::json::object body;
   std::vector<UniqueFd> fds;
 
-  std::string type() const;
+  MessageType type() const;
 };
+
+// A message of `type` with its fields: message(MessageType::signal, {{"id", 3}, ...}).
+boost::json::object message(MessageType type, boost::json::object fields = {});
 
 // Sends one message (with `fds`, not taken) on a SOCK_SEQPACKET socket.
 Result<void> send_message(int sock, const boost::json::object& body, const std::vector<int>& fds = {});
@@ -66,4 +86,4 @@ struct ExecRequest {
   static Result<ExecRequest> from_json(const boost::json::object& body);
 };
 
-}  // namespace cela::jail
+}  // namespace cela::agent

@@ -1,16 +1,45 @@
-#include "jail/protocol.h"
+#include "agent/protocol.h"
 
 #include <sys/socket.h>
 
 #include <boost/json.hpp>
 #include <cstring>
 
-namespace cela::jail {
+namespace cela::agent {
 namespace json = boost::json;
 
-std::string Message::type() const {
+namespace {
+constexpr std::string_view kTypeNames[] = {"config", "maps",        "rootfs",  "exec",       "signal", "shutdown",
+                                           "ready",  "setup_error", "started", "exec_error", "exited", "unknown"};
+constexpr std::string_view kStepNames[] = {"request", "pipe",    "join cgroup",  "setsid",  "stdio",  "rlimit",
+                                           "capabilities", "set ids", "chdir", "no_new_privs", "seccomp", "execve",
+                                           "unknown"};
+}  // namespace
+
+std::string_view to_string(MessageType type) { return kTypeNames[static_cast<size_t>(type)]; }
+
+MessageType message_type(std::string_view name) {
+  for (size_t i = 0; i < std::size(kTypeNames); ++i)
+    if (kTypeNames[i] == name) return static_cast<MessageType>(i);
+  return MessageType::unknown;
+}
+
+std::string_view to_string(ExecStep step) { return kStepNames[static_cast<size_t>(step)]; }
+
+ExecStep exec_step(std::string_view name) {
+  for (size_t i = 0; i < std::size(kStepNames); ++i)
+    if (kStepNames[i] == name) return static_cast<ExecStep>(i);
+  return ExecStep::unknown;
+}
+
+MessageType Message::type() const {
   auto* t = body.if_contains("type");
-  return t && t->is_string() ? std::string(t->as_string()) : std::string();
+  return t && t->is_string() ? message_type(t->as_string()) : MessageType::unknown;
+}
+
+json::object message(MessageType type, json::object fields) {
+  fields["type"] = to_string(type);
+  return fields;
 }
 
 Result<void> send_message(int sock, const json::object& body, const std::vector<int>& fds) {
@@ -77,7 +106,7 @@ json::object ExecRequest::to_json() const {
   json::array a, e;
   for (auto& s : argv) a.emplace_back(s);
   for (auto& s : env) e.emplace_back(s);
-  return {{"type", "exec"},   {"id", id},         {"argv", a},
+  return {{"type", to_string(MessageType::exec)},   {"id", id},         {"argv", a},
           {"env", e},         {"cwd", cwd},       {"uid", uid},
           {"gid", gid},       {"nofile", nofile}, {"fsize", fsize_bytes},
           {"no_new_privs", no_new_privs}};
@@ -102,4 +131,4 @@ Result<ExecRequest> ExecRequest::from_json(const json::object& body) {
   }
 }
 
-}  // namespace cela::jail
+}  // namespace cela::agent
