@@ -187,15 +187,6 @@ Result<json::object> parse_object(std::string_view text, const std::string& what
   return std::move(value->as_object());
 }
 
-// A number from a limits object ("memory_mb": 512, "cpus": 1.5); 0 when absent.
-double number_field(const json::object& o, std::string_view key) {
-  const json::value* value = o.if_contains(key);
-  if (value == nullptr || !value->is_number()) return 0;
-  boost::system::error_code ec;
-  double number = value->to_number<double>(ec);
-  return ec ? 0 : number;
-}
-
 // ---- Row readers (columns in the order of the k*Columns lists) ----
 
 TenantRecord read_tenant(Stmt& stmt) {
@@ -521,7 +512,7 @@ Result<Usage> Store::live_usage(std::optional<std::string_view> tenant_id) {
   return live_usage_locked(tenant_id);
 }
 
-Result<void> Store::insert_session(const SessionRecord& s, const std::optional<Quotas>& quota) {
+Result<void> Store::insert_session(const SessionRecord& s) {
   const std::string step = "insert session " + s.id;
   auto created_ms = parse_rfc3339(s.created_at);
   if (!created_ms)
@@ -532,32 +523,6 @@ Result<void> Store::insert_session(const SessionRecord& s, const std::optional<Q
   std::lock_guard lock(mu_);
   auto tx = Transaction::begin(db_, step);
   if (!tx) return std::unexpected(tx.error());
-
-  if (quota && is_live_session_state(s.state)) {
-    auto usage = live_usage_locked(s.tenant_id);
-    if (!usage) return std::unexpected(usage.error());
-    const std::string who = "tenant " + s.tenant_id + " quota: ";
-    const double memory_mb = number_field(s.limits, "memory_mb");
-    const double cpus = number_field(s.limits, "cpus");
-    if (quota->max_sessions > 0 && usage->sessions + 1 > quota->max_sessions) {
-      return fail(ErrorCode::quota_exceeded, who + std::to_string(usage->sessions) + " of " +
-                                                 std::to_string(quota->max_sessions) +
-                                                 " sessions in use");
-    }
-    if (quota->max_memory_mb > 0 && static_cast<double>(usage->memory_mb) + memory_mb >
-                                        static_cast<double>(quota->max_memory_mb)) {
-      return fail(ErrorCode::quota_exceeded,
-                  who + std::to_string(usage->memory_mb) + " of " +
-                      std::to_string(quota->max_memory_mb) + " MiB of memory in use, " +
-                      std::to_string(static_cast<int64_t>(memory_mb)) + " MiB more asked");
-    }
-    // A little slack so that 0.1 + 0.2 cpus fit a 0.3 quota.
-    if (quota->max_cpus > 0 && usage->cpus + cpus > quota->max_cpus + 1e-9) {
-      return fail(ErrorCode::quota_exceeded,
-                  who + std::to_string(usage->cpus) + " of " + std::to_string(quota->max_cpus) +
-                      " cpus in use, " + std::to_string(cpus) + " more asked");
-    }
-  }
 
   auto stmt = db_.prepare("INSERT INTO sessions (" + std::string(kSessionColumns) +
                               ", created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "

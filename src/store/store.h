@@ -15,7 +15,7 @@
 // - Errors name the SQL step: "insert session: UNIQUE constraint failed: sessions.id".
 //   not_found for missing rows, conflict for a duplicate id or name,
 //   invalid_argument for bad input (unknown state, unknown tenant, bad cursor),
-//   quota_exceeded for a quota refusal, system for I/O, internal for the rest.
+//   system for I/O, capacity_exceeded when the state dir is full, internal for the rest.
 //
 // Schema changes are numbered migrations tracked in PRAGMA user_version; open()
 // applies the missing ones, each in its own transaction, and refuses a file written
@@ -94,11 +94,9 @@ class Store {
   Result<std::optional<std::string>> bootstrap(const Quotas& quotas);
 
   // ---- Sessions ----
-  // Inserts a new session. With `quota`, refuses (quota_exceeded) when the
-  // tenant's live sessions plus this one would exceed it; the check and the insert
-  // are one transaction, so concurrent creates cannot overshoot.
-  Result<void> insert_session(const SessionRecord& session,
-                              const std::optional<Quotas>& quota = std::nullopt);
+  // Inserts a new session. The store holds no policy: admission (session/admission.h)
+  // decides whether it may exist, in the same reactor turn as this insert.
+  Result<void> insert_session(const SessionRecord& session);
   // Rewrites every column but id, tenant_id and created_at (PATCH, runtime fields).
   // Last writer wins: prefer the targeted setters below for state changes.
   Result<void> update_session(const SessionRecord& session);

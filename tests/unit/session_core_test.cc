@@ -7,12 +7,14 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/json.hpp>
 #include <chrono>
+#include <filesystem>
 
 #include "common/encoding.h"
 #include "common/json_text.h"
 #include "session/admission.h"
 #include "session/exec_env.h"
 #include "session/exec_outcome.h"
+#include "store/store.h"
 
 namespace cela::session {
 namespace {
@@ -183,6 +185,50 @@ TEST(Admission, WaitersAreServedInOrderOrTimeOut) {
   auto took = std::chrono::steady_clock::now() - t0;
   EXPECT_GE(took, std::chrono::milliseconds(900));
   EXPECT_LT(took, std::chrono::milliseconds(2500));
+}
+
+TEST(Admission, TenantQuotasCountLiveSessions) {
+  auto dir = std::filesystem::temp_directory_path() / ("cela-admission-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    auto store = store::Store::open((dir / "cela.db").string());
+    ASSERT_TRUE(store) << store.error().message();
+    auto tenant = (*store)->create_tenant("t", store::Quotas{2, 1024, 1.5});
+    ASSERT_TRUE(tenant);
+    auto live = [&](uint64_t memory_mb, const char* state = "ready") {
+      store::SessionRecord r;
+      r.id = store::new_id("s");
+      r.tenant_id = tenant->id;
+      r.state = state;
+      r.template_ref = "host@1";
+      r.limits = {{"memory_mb", memory_mb}, {"cpus", 1}};
+      r.created_at = store::now_rfc3339();
+      ASSERT_TRUE((*store)->insert_session(r));
+    };
+    SessionLimits limits;
+    limits.memory_mb = 512;
+    limits.cpus = 1;
+    EXPECT_TRUE(Admission::check_quota(**store, *tenant, limits));
+    limits.cpus = 2;  // max_cpus is a per-session ceiling
+    auto cpus = Admission::check_quota(**store, *tenant, limits);
+    ASSERT_FALSE(cpus);
+    EXPECT_EQ(cpus.error().code, ErrorCode::quota_exceeded);
+    EXPECT_NE(cpus.error().context.find("1.5 cpus per session"), std::string::npos) << cpus.error().context;
+    limits.cpus = 1;
+    live(768);
+    auto memory = Admission::check_quota(**store, *tenant, limits);  // 768 + 512 > 1024
+    ASSERT_FALSE(memory);
+    EXPECT_NE(memory.error().context.find("MiB"), std::string::npos) << memory.error().context;
+    limits.memory_mb = 256;
+    EXPECT_TRUE(Admission::check_quota(**store, *tenant, limits));
+    live(128, "terminated");  // ended sessions hold nothing
+    EXPECT_TRUE(Admission::check_quota(**store, *tenant, limits));
+    live(128);
+    auto count = Admission::check_quota(**store, *tenant, limits);  // 2 of 2 live
+    ASSERT_FALSE(count);
+    EXPECT_NE(count.error().context.find("2 live sessions"), std::string::npos) << count.error().context;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
