@@ -183,9 +183,15 @@ int exec_child(void* arg) {
   // the daemon (or the shell that started it) ignores SIGPIPE, sometimes SIGINT and
   // SIGQUIT. Without this, `yes | head -c1` complains about a broken pipe and a
   // forwarded SIGINT does nothing. (No CLONE_SIGHAND: this changes the child only.)
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  for (int sig = 1; sig < NSIG; ++sig) (void)::sigaction(sig, &dfl, nullptr);
+  // The raw syscall: glibc's sigaction refuses its reserved real-time signals (32,
+  // 33), which an ignoring parent leaves ignored too.
+  struct {
+    void (*handler)(int);
+    unsigned long flags;
+    void (*restorer)();
+    unsigned long mask;
+  } dfl{SIG_DFL, 0, nullptr, 0};
+  for (int sig = 1; sig <= 64; ++sig) (void)::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof dfl.mask);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
