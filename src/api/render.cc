@@ -60,6 +60,7 @@ json::object render(const store::ExecRecord& e) {
   o["cwd"] = e.cwd;
   o["user"] = e.user;
   o["state"] = e.state;
+  o["pid"] = e.pid > 0 ? json::value(e.pid) : json::value(nullptr);
   o["exit_code"] = int_or_null(e.exit_code);
   o["signal"] = int_or_null(e.signal);
   o["reason"] = text_or_null(e.reason);

@@ -196,7 +196,7 @@ json::value session_schema() {
       "a session; `cleanup` once it has been cleaned up");
 }
 
-// store/records.cc to_json(ExecRecord): `argv` or `cmd`, never both.
+// api/render.cc render(ExecRecord): `argv` or `cmd`, never both.
 json::value exec_schema() {
   return object_schema(
       {{"id", string_schema("e-<16 hex>")},
@@ -206,6 +206,7 @@ json::value exec_schema() {
        {"cwd", string_schema()},
        {"user", enum_schema({"user", "root"})},
        {"state", enum_schema({"running", "exited", "killed", "timed_out", "oom_killed", "failed"})},
+       {"pid", nullable(integer_schema("the exec's main process as seen inside the sandbox; null until it started"))},
        {"exit_code", nullable(integer_schema())},
        {"signal", nullable(integer_schema("the signal that ended the main process"))},
        {"reason",
@@ -219,7 +220,7 @@ json::value exec_schema() {
        {"stderr_bytes", integer_schema()},
        {"output_truncated", boolean_schema("past the per-stream cap")},
        {"partial", boolean_schema("produced output, then failed")}},
-      {"id", "session_id", "cwd", "user", "state", "exit_code", "signal", "reason", "started_at",
+      {"id", "session_id", "cwd", "user", "state", "pid", "exit_code", "signal", "reason", "started_at",
        "ended_at", "duration_ms", "cpu_ms", "peak_memory_bytes", "stdout_bytes", "stderr_bytes",
        "output_truncated", "partial"},
       "an exec record");

@@ -106,6 +106,7 @@ Result<RootfsMounts> prepare_rootfs(const RootfsSpec& spec, int userns_fd, uint3
     return sys_fail("create overlay");
   out.overlay.reset(sys_fsmount(ovl.get(), FSMOUNT_CLOEXEC, MOUNT_ATTR_NODEV));
   if (!out.overlay) return sys_fail("fsmount overlay");
+  out.upper = std::move(upper);
 
   for (const auto& [source, target] : spec.binds) {
     auto bind = idmapped_readonly_clone(source, userns_fd);

@@ -33,6 +33,9 @@ struct RootfsSpec {
 
 struct RootfsMounts {
   UniqueFd overlay;
+  // The writable layer's upper dir (on its detached tmpfs), for the host: holding it
+  // keeps the layer reachable for snapshots after the sandbox's processes are gone.
+  UniqueFd upper;
   std::vector<std::pair<std::string, UniqueFd>> binds;  // target inside -> detached mount
 };
 

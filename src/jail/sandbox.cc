@@ -130,6 +130,7 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
     if (!userns) return sys_fail("open " + userns_path);
     auto mounts = prepare_rootfs(spec.rootfs, userns.get(), spec.host_uid_base);
     if (!mounts) return std::unexpected(mounts.error());
+    sb->upper_ = std::move(mounts->upper);
     json::array targets;
     std::vector<int> fds{mounts->overlay.get()};
     for (auto& [target, fd] : mounts->binds) {
@@ -233,6 +234,7 @@ Result<TeardownReport> Sandbox::destroy() {
   }
   kill_and_reap();
   control_.reset();
+  upper_.reset();  // the writable layer goes with its last reference
   if (cgroup_) {
     if (auto r = cgroup_->destroy(); !r) return std::unexpected(r.error());
     report.cgroup_removed = true;

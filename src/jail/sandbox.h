@@ -84,6 +84,9 @@ class Sandbox {
   // Readable (POLLIN) when init has exited.
   int pidfd() const { return pidfd_.get(); }
   pid_t init_pid() const { return init_pid_; }
+  // The writable layer's upper directory as the host sees it (snapshots); -1 after
+  // destroy().
+  int upper_fd() const { return upper_.get(); }
   Cgroup& cgroup() { return *cgroup_; }
   std::chrono::microseconds startup_time() const { return startup_; }
 
@@ -101,6 +104,7 @@ class Sandbox {
   pid_t init_pid_ = -1;
   UniqueFd pidfd_;
   UniqueFd control_;
+  UniqueFd upper_;
   std::unique_ptr<Cgroup> cgroup_;
   std::deque<agent::Message> pending_;  // events that arrived while waiting for a reply
   uint64_t next_exec_id_ = 1;

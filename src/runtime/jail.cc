@@ -218,6 +218,12 @@ class JailInstance final : public Instance {
     return fd;
   }
   pid_t host_pid() const override { return sandbox_->init_pid(); }
+  Result<UniqueFd> open_writable_layer() const override {
+    if (sandbox_->upper_fd() < 0) return fail(ErrorCode::gone, "the sandbox's writable layer is gone");
+    UniqueFd fd(::fcntl(sandbox_->upper_fd(), F_DUPFD_CLOEXEC, 3));
+    if (!fd) return sys_fail("dup writable layer fd");
+    return fd;
+  }
   uint32_t host_id(uint32_t inside) const override { return slot_.host_base() + inside; }
   int64_t slot() const override { return slot_.index(); }
 

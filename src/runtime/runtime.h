@@ -121,6 +121,8 @@ class Instance {
   virtual Result<void> freeze(bool frozen) = 0;
   // The sandbox's root directory, opened O_PATH from the host (files API, snapshots).
   virtual Result<UniqueFd> open_root() const = 0;
+  // The writable layer (the overlay's upper dir) as a directory fd, for snapshots.
+  virtual Result<UniqueFd> open_writable_layer() const = 0;
   // Host pid of the sandbox's init.
   virtual pid_t host_pid() const = 0;
   // The host id that id `inside` maps to (files written on the sandbox's behalf), and

@@ -32,6 +32,7 @@ void complete_all(std::vector<Done<T>>& waiters, const Result<T>& result) {
 
 void ExecState::on_started(pid_t pid_inside) {
   pid = pid_inside;
+  record.pid = pid_inside;
   manager.exec_started(*this);
 }
 

@@ -114,6 +114,7 @@ struct ExecRecord {
   std::string cwd;
   std::string user;  // "user" or "root"
   std::string state = std::string(exec_state::running);
+  int64_t pid = 0;  // main process inside the sandbox's pid namespace; 0 until started
   std::optional<int64_t> exit_code;
   std::optional<int64_t> signal;
   std::string reason;      // one line: "memory limit 512 MiB reached; killed by OOM"

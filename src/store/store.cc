@@ -110,6 +110,10 @@ CREATE TABLE exec_output (
   PRIMARY KEY (exec_id, stream)
 ) STRICT;
 )sql",
+    // 2: the exec's pid inside the sandbox (E2B and the process API key by it).
+    R"sql(
+ALTER TABLE execs ADD COLUMN pid INTEGER NOT NULL DEFAULT 0;
+)sql",
 };
 constexpr int64_t kSchemaVersion = std::size(kMigrations);
 
@@ -125,7 +129,7 @@ constexpr std::string_view kSessionColumns =
 constexpr std::string_view kExecColumns =
     "id, session_id, tenant_id, argv, cmd, cwd, user_name, state, exit_code, signal, reason, "
     "started_at, ended_at, duration_ms, cpu_ms, peak_memory_bytes, stdout_bytes, "
-    "stderr_bytes, output_truncated, partial";
+    "stderr_bytes, output_truncated, partial, pid";
 
 std::string select_from(std::string_view columns, std::string_view rest) {
   std::string sql = "SELECT ";
@@ -281,6 +285,7 @@ Result<ExecRecord> read_exec(Stmt& stmt) {
   e.stderr_bytes = r.int64();
   e.output_truncated = r.boolean();
   e.partial = r.boolean();
+  e.pid = r.int64();
   return e;
 }
 
@@ -751,13 +756,13 @@ Result<void> Store::insert_exec(const ExecRecord& e) {
   std::lock_guard lock(mu_);
   auto stmt = db_.prepare("INSERT INTO execs (" + std::string(kExecColumns) +
                               ", started_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                              "?, ?, ?, ?, ?, ?)",
+                              "?, ?, ?, ?, ?, ?, ?)",
                           step);
   if (!stmt) return std::unexpected(stmt.error());
   stmt->bind(e.id, e.session_id, e.tenant_id, dump_argv(e.argv), NullIfEmpty{e.cmd}, e.cwd, e.user,
              e.state, e.exit_code, e.signal, NullIfEmpty{e.reason}, e.started_at,
              NullIfEmpty{e.ended_at}, e.duration_ms, e.cpu_ms, e.peak_memory_bytes, e.stdout_bytes,
-             e.stderr_bytes, e.output_truncated, e.partial, *started_ms);
+             e.stderr_bytes, e.output_truncated, e.partial, e.pid, *started_ms);
   return stmt->run();
 }
 
@@ -773,7 +778,7 @@ Result<bool> Store::finish_exec(const ExecRecord& e) {
   auto stmt = db_.prepare(
       "UPDATE execs SET state = ?, exit_code = ?, signal = ?, reason = ?, ended_at = ?, "
       "duration_ms = coalesce(?, max(0, ? - started_ms)), cpu_ms = ?, peak_memory_bytes = ?, "
-      "stdout_bytes = ?, stderr_bytes = ?, output_truncated = ?, partial = ? "
+      "stdout_bytes = ?, stderr_bytes = ?, output_truncated = ?, partial = ?, pid = ? "
       "WHERE id = ? AND state = 'running'",
       step);
   if (!stmt) return std::unexpected(stmt.error());
@@ -787,7 +792,7 @@ Result<bool> Store::finish_exec(const ExecRecord& e) {
   stmt->bind(e.state, e.exit_code, e.signal, NullIfEmpty{e.reason},
              e.ended_at.empty() ? format_rfc3339(now) : e.ended_at, e.duration_ms, ended_ms,
              e.cpu_ms, e.peak_memory_bytes, e.stdout_bytes, e.stderr_bytes, e.output_truncated,
-             e.partial, e.id);
+             e.partial, e.pid, e.id);
   if (auto r = stmt->run(); !r) return std::unexpected(r.error());
   return stmt->changes() > 0;
 }

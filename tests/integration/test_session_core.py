@@ -402,6 +402,20 @@ def test_sessions_honour_allow_sudo_like_cela_run(daemon):
 
 # ---- 8. small wire promises ---------------------------------------------------------------
 
+def test_exec_record_carries_its_pid_inside_the_sandbox(daemon):
+    sid = daemon.session(limits=LIMITS)
+    status, e, _ = daemon.request("POST", f"/v1/sessions/{sid}/execs", {"cmd": "echo $$; sleep 30"})
+    assert status == 202
+    assert wait_until(lambda: daemon.request("GET", f"/v1/sessions/{sid}/execs/{e['id']}")[1]["stdout_bytes"] > 0, 5)
+    rec = daemon.request("GET", f"/v1/sessions/{sid}/execs/{e['id']}")[1]
+    daemon.request("POST", f"/v1/sessions/{sid}/execs/{e['id']}/kill", {"signal": "SIGKILL"})
+    assert wait_until(lambda: daemon.request("GET", f"/v1/sessions/{sid}/execs/{e['id']}")[1]["state"] != "running", 5)
+    out = daemon.request("GET", f"/v1/sessions/{sid}/execs/{e['id']}/output")[1]
+    # The shell's own pid ($$) is the exec's main process, as the sandbox numbers it.
+    assert rec["pid"] == int(out["stdout"].strip()) and rec["pid"] > 1, (rec, out)
+    assert daemon.request("GET", f"/v1/sessions/{sid}/execs/{e['id']}")[1]["pid"] == rec["pid"]
+
+
 def test_exec_ended_by_init_death_says_so(daemon):
     sid = daemon.session(limits=LIMITS)
     status, e, _ = daemon.request("POST", f"/v1/sessions/{sid}/execs", {"cmd": "sleep 100"})

@@ -110,7 +110,7 @@ class StoreTest : public ::testing::Test {
 TEST_F(StoreTest, OpenCreatesSchemaWithMode0600) {
   auto version = store_->schema_version();
   ASSERT_TRUE(version);
-  EXPECT_EQ(*version, 1);
+  EXPECT_EQ(*version, 2);
   EXPECT_EQ(mode_of(db_path_), 0600u);
   ASSERT_TRUE(std::filesystem::exists(db_path_ + "-wal"));  // WAL is on
   EXPECT_EQ(mode_of(db_path_ + "-wal"), 0600u);
@@ -152,7 +152,7 @@ TEST_F(StoreTest, ReopenKeepsDataAndMigrationIsIdempotent) {
   for (int round = 0; round < 2; ++round) {
     auto reopened = Store::open(db_path_);
     ASSERT_TRUE(reopened) << reopened.error().message();
-    EXPECT_EQ(*(*reopened)->schema_version(), 1);
+    EXPECT_EQ(*(*reopened)->schema_version(), 2);
     auto tenants = (*reopened)->list_tenants();
     ASSERT_TRUE(tenants);
     ASSERT_EQ(tenants->size(), 2u);
@@ -580,6 +580,7 @@ TEST_F(StoreTest, ExecLifecycleAndOutputIndex) {
   e.peak_memory_bytes = 536870912;
   e.stdout_bytes = 10;
   e.partial = true;
+  e.pid = 42;  // known once it started: written with the outcome
   ASSERT_TRUE(*store_->finish_exec(e));
   EXPECT_FALSE(*store_->finish_exec(e));  // already final
   e.state = "running";
@@ -593,6 +594,7 @@ TEST_F(StoreTest, ExecLifecycleAndOutputIndex) {
   EXPECT_EQ(got.duration_ms, 2500);  // ended - started when not given
   EXPECT_EQ(got.peak_memory_bytes, 536870912);
   EXPECT_TRUE(got.partial);
+  EXPECT_EQ(got.pid, 42);
 
   auto listed = store_->list_execs(s.id);
   ASSERT_TRUE(listed);
