@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/fd.h"
+#include "session/tar_entry.h"
 
 namespace cela::cli {
 namespace {
@@ -46,17 +47,8 @@ Result<void> write_header(archive* tar, archive_entry* entry, const std::string&
   return {};
 }
 
-void begin_entry(archive_entry* entry, const std::string& rel, const struct stat& st,
-                 unsigned type) {
-  archive_entry_clear(entry);
-  archive_entry_copy_pathname(entry, rel.c_str());
-  archive_entry_set_filetype(entry, type);
-  archive_entry_set_perm(entry, st.st_mode & 07777);
-  // Local ids mean nothing inside: the daemon makes the sandbox's user the owner.
-  archive_entry_set_uid(entry, 0);
-  archive_entry_set_gid(entry, 0);
-  archive_entry_set_mtime(entry, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
-  archive_entry_set_size(entry, type == AE_IFREG ? st.st_size : 0);
+void begin_entry(archive_entry* entry, const std::string& rel, const struct stat& st, unsigned type) {
+  session::fill_tar_entry(entry, rel, st, type);
 }
 
 Result<void> add_file(archive* tar, archive_entry* entry, const fs::path& path,

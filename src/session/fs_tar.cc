@@ -14,6 +14,7 @@
 
 #include "session/fs_internal.h"
 #include "session/session_fs.h"
+#include "session/tar_entry.h"
 
 namespace cela::session {
 
@@ -84,15 +85,7 @@ struct Exporter {
     if (++entries > limits.max_archive_entries)
       return fail(ErrorCode::limit, "archive with more than " +
                                         std::to_string(limits.max_archive_entries) + " entries");
-    archive_entry_clear(entry);
-    archive_entry_copy_pathname(entry, rel.c_str());
-    archive_entry_set_filetype(entry, type);
-    archive_entry_set_perm(entry, st.st_mode & 07777);
-    // Host ids mean nothing to the client: the importer decides the owner.
-    archive_entry_set_uid(entry, 0);
-    archive_entry_set_gid(entry, 0);
-    archive_entry_set_mtime(entry, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
-    archive_entry_set_size(entry, type == AE_IFREG ? st.st_size : 0);
+    fill_tar_entry(entry, rel, st, type);
     return {};
   }
 
@@ -514,6 +507,17 @@ Result<uint64_t> SessionFs::import_tar(std::string_view dir,
     if (*done) ++extracted;
   }
   return extracted;
+}
+
+void fill_tar_entry(archive_entry* entry, const std::string& rel, const struct stat& st, unsigned type) {
+  archive_entry_clear(entry);
+  archive_entry_copy_pathname(entry, rel.c_str());
+  archive_entry_set_filetype(entry, type);
+  archive_entry_set_perm(entry, st.st_mode & 07777);
+  archive_entry_set_uid(entry, 0);
+  archive_entry_set_gid(entry, 0);
+  archive_entry_set_mtime(entry, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+  archive_entry_set_size(entry, type == AE_IFREG ? st.st_size : 0);
 }
 
 }  // namespace cela::session

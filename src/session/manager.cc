@@ -25,7 +25,6 @@ using store::SessionRecord;
 
 namespace {
 constexpr auto kRetryUnrecorded = std::chrono::seconds(2);
-constexpr auto kRetentionSweep = std::chrono::hours(1);
 
 json::object limits_json(const SessionLimits& l) {
   return {{"cpus", l.cpus},
