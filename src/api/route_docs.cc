@@ -41,7 +41,8 @@ const RouteDoc readyz{
     .operation_id = "readyz",
     .tag = "health",
     .summary = "Readiness and capacity",
-    .description = "Public: no key needed.",
+    .description = "Public: no key needed. 503 (status `full`, with Retry-After) while no create could be "
+                   "admitted, so a load balancer sends new sessions elsewhere.",
     .responses = {json_response(
         200, "ready, with the number of live sessions and the host-wide limit", ref("Readiness"))},
 };

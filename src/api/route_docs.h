@@ -3,7 +3,7 @@
 // Router::add; openapi.cc turns the router's table into the OpenAPI document.
 //
 // Component schemas (route_docs_schemas.cc) follow the code that renders each answer:
-// store/records.cc to_json (Session, Exec, Tenant), session/manager.cc (SessionList,
+// api/render.cc (Session, Exec, Tenant), routes_sessions.cc (SessionList,
 // DeletedSession, ExecStarted, ExecResult), routes_*.cc (ExecOutput, FileInfo, ...),
 // http_error.cc (Error). Change the renderer, change the schema.
 #pragma once

@@ -157,7 +157,7 @@ json::value error_schema() {
       {"error"}, "every non-2xx answer (API.md \"Errors\")");
 }
 
-// session/manager.cc parse_create: the accepted limits (all optional on create; the
+// api/session_specs.cc parse_create_session: the accepted limits (all optional on create; the
 // session object carries every one of them).
 json::value limits_schema(bool all_required) {
   auto make = [&](std::initializer_list<std::string_view> required) {
@@ -176,7 +176,7 @@ json::value limits_schema(bool all_required) {
   return make({});
 }
 
-// store/records.cc to_json(SessionRecord).
+// api/render.cc render(SessionRecord).
 json::value session_schema() {
   return object_schema(
       {{"id", string_schema("s-<16 hex>")},
@@ -241,7 +241,7 @@ json::value exec_result_schema() {
   return v;
 }
 
-// session/manager.cc parse_exec.
+// api/session_specs.cc parse_exec.
 json::value exec_request_schema() {
   json::object o =
       object_schema(
@@ -269,7 +269,7 @@ const json::object& component_schemas() {
     json::object s;
     s["Error"] = error_schema();
     s["Health"] = object_schema({{"status", enum_schema({"ok"})}}, {"status"});
-    s["Readiness"] = object_schema({{"status", enum_schema({"ready"})},
+    s["Readiness"] = object_schema({{"status", enum_schema({"ready", "full"})},
                                     {"live_sessions", integer_schema()},
                                     {"max_sessions", integer_schema()}},
                                    {"status", "live_sessions", "max_sessions"});
@@ -287,7 +287,7 @@ const json::object& component_schemas() {
          {"at", nullable(timestamp())},
          {"message", string_schema()}},
         {"reason", "at"});
-    // session/manager.cc terminate: {} until a live session has been cleaned up.
+    // session/manager.cc terminate, rendered by routes_sessions.cc: {} until a live session has been cleaned up.
     s["Cleanup"] = object_schema({{"processes_killed", integer_schema()},
                                   {"cgroup_removed", boolean_schema()},
                                   {"mounts_removed", boolean_schema()},
@@ -338,7 +338,7 @@ const json::object& component_schemas() {
           enum_schema({"SIGTERM", "SIGKILL", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"},
                       "default SIGTERM")},
          {"grace_s", bounded(number_schema("then SIGKILL to the whole tree; default 2"), 0, 300)}});
-    // session/manager.cc kill_exec: the signal sent, or the record of an exec that had ended.
+    // routes_sessions.cc kill: the signal sent, or the record of an exec that had ended.
     s["KillAccepted"] = json::object{
         {"anyOf", json::array{object_schema({{"id", string_schema()},
                                              {"state", enum_schema({"running"})},
@@ -380,7 +380,7 @@ const json::object& component_schemas() {
                                  {"max_cpus", number_schema("0 = unlimited")}});
     s["CreateTenant"] =
         object_schema({{"name", string_schema()}, {"quotas", ref("Quotas")}}, {"name"});
-    // store/records.cc to_json(TenantRecord).
+    // api/render.cc render(TenantRecord).
     s["Tenant"] = object_schema({{"id", string_schema("t-<16 hex>")},
                                  {"name", string_schema()},
                                  {"quotas", ref("Quotas")},

@@ -3,7 +3,7 @@
 // run_init() is what the cloned child runs. It finishes the sandbox from the inside
 // (becomes user-namespace root, makes its mounts private, sets the hostname, brings
 // loopback up, receives the prepared root filesystem from the host and pivots into
-// it), then serves the control protocol (jail/protocol.h): it starts execs on request,
+// it), then serves the control protocol (agent/protocol.h): it starts execs on request,
 // reaps every zombie in the namespace, and reports exit statuses. When the host side
 // goes away (control socket EOF) init exits, and the kernel kills every process left
 // in the pid namespace.

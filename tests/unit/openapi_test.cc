@@ -1,7 +1,7 @@
 // The OpenAPI document against the daemon's route table: every registered route is in
 // the document and nothing else is (both directions), every route is really described
 // (summary, ids, parameters of its pattern, known error codes, resolvable $refs), and
-// the component schemas accept what the code really renders (store/records.cc to_json,
+// the component schemas accept what the code really renders (api/render.cc render,
 // http_error.cc error_body). The document's validity as OpenAPI 3 is checked by a real
 // validator in tests/openapi/ (ctest openapi.validate).
 #include "api/openapi.h"
