@@ -56,7 +56,9 @@ class SseSink final : public session::OutputSink {
     sse_->close();
   }
   bool closed() const override { return sse_->closed(); }
-  void when_room(size_t bytes, std::function<void()> resume) override { sse_->on_room(bytes, std::move(resume)); }
+  void when_drained(size_t max_queued, std::function<void()> resume) override {
+    sse_->on_drained(max_queued, std::move(resume));
+  }
 
  private:
   std::mutex mu_;
@@ -249,7 +251,9 @@ void add_session_routes(RouteContext& ctx) {
       }
       void on_exit(const store::ExecRecord& record) override { get().on_exit(record); }
       bool closed() const override { return sink ? sink->closed() : responder->client_gone(); }
-      void when_room(size_t bytes, std::function<void()> resume) override { get().when_room(bytes, std::move(resume)); }
+      void when_drained(size_t max_queued, std::function<void()> resume) override {
+        get().when_drained(max_queued, std::move(resume));
+      }
     };
     auto lazy = std::make_shared<LazySink>();
     lazy->responder = responder;

@@ -69,7 +69,9 @@ void SseStream::on_close(std::function<void()> fn) {
   channel_->on_close(std::move(fn));
 }
 
-void SseStream::on_room(std::size_t bytes, std::function<void()> fn) { channel_->on_room(bytes, std::move(fn)); }
+void SseStream::on_drained(std::size_t max_queued, std::function<void()> fn) {
+  channel_->on_drained(max_queued, std::move(fn));
+}
 
 ChunkedWriter::ChunkedWriter(std::shared_ptr<detail::StreamChannel> channel)
     : channel_(std::move(channel)) {}

@@ -45,10 +45,9 @@ class SseStream {
   void close();
   bool closed() const;
   void on_close(std::function<void()> fn);
-  // For producers that pace themselves (a replay of stored output): runs `fn` once
-  // about `bytes` more can be queued without passing the limit; never when the
-  // stream closes first. See StreamChannel::on_room.
-  void on_room(std::size_t bytes, std::function<void()> fn);
+  // For producers that pace themselves (a replay of stored output): runs `fn` once at
+  // most `max_queued` bytes wait for the client; never when the stream closes first.
+  void on_drained(std::size_t max_queued, std::function<void()> fn);
 
  private:
   std::shared_ptr<detail::StreamChannel> channel_;

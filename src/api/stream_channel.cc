@@ -103,13 +103,12 @@ std::optional<StreamChannel::Batch> StreamChannel::next_batch() {
   return std::nullopt;
 }
 
-void StreamChannel::on_room(std::size_t bytes, std::function<void()> fn) {
+void StreamChannel::on_drained(std::size_t max_queued, std::function<void()> fn) {
   {
     std::lock_guard lock(mu_);
     if (closed_) return;
-    std::size_t used = queued_.size() + in_flight_;
-    if (used != 0 && used + bytes > limit_) {
-      on_room_.emplace_back(bytes, std::move(fn));
+    if (queued_.size() + in_flight_ > max_queued) {
+      on_drained_.emplace_back(max_queued, std::move(fn));
       return;
     }
   }
@@ -122,8 +121,8 @@ void StreamChannel::batch_written() {
     std::lock_guard lock(mu_);
     in_flight_ = 0;
     std::size_t used = queued_.size();
-    std::erase_if(on_room_, [&](auto& w) {
-      if (used != 0 && used + w.first > limit_) return false;
+    std::erase_if(on_drained_, [&](auto& w) {
+      if (used > w.first) return false;
       ready.push_back(std::move(w.second));
       return true;
     });
@@ -142,7 +141,7 @@ std::vector<std::function<void()>> StreamChannel::end() {
     queued_.clear();
     in_flight_ = 0;
     callbacks.swap(on_close_);
-    on_room_.clear();
+    on_drained_.clear();
   }
   room_.notify_all();
   return callbacks;

@@ -42,10 +42,10 @@ class StreamChannel {
   // truncated response).
   void abort();
   bool closed() const;
-  // Runs `fn` once `bytes` more fit under the limit (at once, on the caller's thread,
-  // when they do already; else on an io thread after a write completes). Dropped,
-  // never run, when the stream closes first. `fn` must not block.
-  void on_room(std::size_t bytes, std::function<void()> fn);
+  // Runs `fn` once at most `max_queued` bytes are queued or in flight (at once, on the
+  // caller's thread, when that holds already; else on an io thread after a write
+  // completes). Dropped, never run, when the stream closes first. `fn` must not block.
+  void on_drained(std::size_t max_queued, std::function<void()> fn);
   // Runs `fn` once when the response has ended for any reason (client gone, limit,
   // finish, abort). Runs at once, on the caller's thread, when already ended;
   // otherwise on an io thread. It must not block.
@@ -83,7 +83,7 @@ class StreamChannel {
   bool ended_ = false;      // end() ran
   bool scheduled_ = true;   // the connection will call next_batch() (starts with the header write)
   std::vector<std::function<void()>> on_close_;
-  std::vector<std::pair<std::size_t, std::function<void()>>> on_room_;
+  std::vector<std::pair<std::size_t, std::function<void()>>> on_drained_;
 };
 
 }  // namespace cela::api::detail

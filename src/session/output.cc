@@ -13,8 +13,9 @@ namespace asio = boost::asio;
 
 namespace {
 constexpr size_t kReplayChunk = 64 * 1024;
-// What one chunk costs the consumer (base64 and event framing).
-constexpr size_t consumer_bytes(size_t n) { return n * 4 / 3 + 128; }
+// A replaying follower keeps at most this much waiting for its consumer: replaying
+// a large output costs about this much memory per follower, whatever its size.
+constexpr size_t kReplayQueue = 512 * 1024;
 
 std::string stream_path(const std::string& dir, const std::string& exec_id, Stream s) {
   return dir + "/" + exec_id + "." + std::string(runtime::to_string(s));
@@ -64,7 +65,7 @@ class OutputPipeline::Follower : public std::enable_shared_from_this<Follower> {
       // drops it (and with it the follower).
       auto self = shared_from_this();
       asio::io_context& reactor = reactor_;
-      sink_->when_room(consumer_bytes(kReplayChunk), [self, &reactor] {
+      sink_->when_drained(kReplayQueue, [self, &reactor] {
         asio::post(reactor, [self] { self->step(); });
       });
       return;

@@ -8,7 +8,7 @@
 // kept bytes, so a follower's "<stdout>,<stderr>" position names exactly what it has.
 //
 // A follower first replays what is kept past its position, read from the files in
-// chunks paced by the sink (OutputSink::when_room), then receives live chunks; the
+// chunks paced by the sink (OutputSink::when_drained), then receives live chunks; the
 // switch happens on the reactor, so no byte is lost or repeated.
 #pragma once
 
@@ -40,9 +40,9 @@ class OutputSink {
   virtual void on_exit(const store::ExecRecord& record) = 0;
   // True once the consumer is gone; the sink is then dropped.
   virtual bool closed() const = 0;
-  // Runs `resume` (on any thread) once about `bytes` more can be taken without
-  // overflowing the consumer's buffer; at once when there is room already.
-  virtual void when_room(size_t bytes, std::function<void()> resume) = 0;
+  // Runs `resume` (on any thread) once at most `max_queued` bytes wait for the
+  // consumer; at once when that holds already. Never, when the consumer goes away.
+  virtual void when_drained(size_t max_queued, std::function<void()> resume) = 0;
 };
 
 // The redaction hook: sees every chunk before it is kept or sent. The default keeps

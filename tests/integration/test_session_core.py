@@ -351,8 +351,9 @@ def test_follow_replays_a_12_mib_exec_from_files(daemon):
     for status, out, err, rec in results:
         assert status == 200 and rec and rec["state"] == "exited"
         assert len(out) == size and hashlib.sha256(out).hexdigest() == expected
-    # Four parallel 12 MiB replays: the daemon never holds them whole.
-    assert peak - rss_before < 40 * 1024, (rss_before, peak)
+    # Four parallel 12 MiB replays (48 MiB whole): the daemon keeps about 512 KiB a
+    # follower waiting for its client, never the output itself.
+    assert peak - rss_before < 16 * 1024, (rss_before, peak)
     # A resume from the middle returns exactly the rest.
     status, out, _, _ = follow(daemon, sid, r["id"], last_event_id=f"{size - 100},0")
     assert len(out) == 100
