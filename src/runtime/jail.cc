@@ -49,12 +49,12 @@ class JailExec final : public Exec {
     }
     backlog_ += data.size();
     queue_.push_back({std::move(data), std::move(done)});
-    if (queue_.size() == 1) write_next();
+    if (!writing_) write_next();
   }
 
   void close_stdin() override {
     closing_ = true;
-    if (queue_.empty()) stdin_.reset();
+    if (queue_.empty() && !writing_) stdin_.reset();
   }
 
   size_t stdin_backlog() const override { return backlog_; }
@@ -63,6 +63,7 @@ class JailExec final : public Exec {
     auto pending = std::move(queue_);
     queue_.clear();
     backlog_ = 0;
+    ++generation_;  // the write in flight, if any, belongs to what is dropped
     if (stdin_) stdin_->cancel();
     for (auto& p : pending)
       if (p.done) p.done(std::unexpected(why));
@@ -95,13 +96,21 @@ class JailExec final : public Exec {
     std::function<void(Result<void>)> done;
   };
 
+  // One write at a time, front of the queue first. A write whose queue was dropped
+  // meanwhile (its generation passed) completes without touching the new queue.
   void write_next() {
-    if (queue_.empty() || !stdin_) return;
+    if (queue_.empty() || !stdin_ || writing_) return;
+    writing_ = true;
     auto& front = queue_.front();
     asio::async_write(*stdin_, asio::buffer(front.data),
-                      [this, alive = alive_](boost::system::error_code ec, size_t) {
+                      [this, alive = alive_, generation = generation_](boost::system::error_code ec, size_t) {
                         if (!*alive) return;
-                        if (queue_.empty()) return;  // dropped meanwhile
+                        writing_ = false;
+                        if (generation != generation_) {
+                          if (queue_.empty() && closing_) stdin_.reset();
+                          else write_next();
+                          return;
+                        }
                         Pending p = std::move(queue_.front());
                         queue_.pop_front();
                         backlog_ -= p.data.size();
@@ -159,6 +168,8 @@ class JailExec final : public Exec {
   std::deque<Pending> queue_;
   size_t backlog_ = 0;
   bool closing_ = false;
+  bool writing_ = false;     // an async_write is in flight
+  uint64_t generation_ = 0;  // bumped by drop_stdin
   // Completions posted before destruction check this instead of touching `this`.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 

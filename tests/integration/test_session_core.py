@@ -74,6 +74,23 @@ def test_stdin_the_process_never_reads_does_not_stall_other_sessions(daemon):
     assert max(during) < max(1.0, 5 * max(baseline)), (baseline, during)
 
 
+def test_stdin_works_again_after_a_write_timed_out(daemon):
+    sid = daemon.session(limits=LIMITS)
+    # Reads nothing for 3 s, then keeps the last 5 bytes of what it reads.
+    status, e, _ = daemon.request("POST", f"/v1/sessions/{sid}/execs",
+                                  {"cmd": "sleep 3; cat | tail -c 5", "stdin_open": True})
+    assert status == 202, e
+    stdin = f"/v1/sessions/{sid}/execs/{e['id']}/stdin"
+    status, err, _ = daemon.request("POST", stdin, b"x" * (4 << 20), timeout=30)
+    assert status == 409 and "did not read" in err["error"]["message"], err  # stdin_timeout_s = 2
+    time.sleep(1.5)  # the process reads now
+    status, _, _ = daemon.request("POST", stdin + "?close=1", b"hello", timeout=30)
+    assert status == 204
+    assert wait_until(lambda: daemon.request("GET", f"/v1/sessions/{sid}/execs/{e['id']}")[1]["state"] != "running", 10)
+    out = daemon.request("GET", f"/v1/sessions/{sid}/execs/{e['id']}/output")[1]
+    assert out["stdout"] == "hello", out
+
+
 def test_many_long_runs_hold_no_thread(daemon):
     key = other_tenant(daemon)
     sessions = [daemon.session(limits={"memory_mb": 256, "pids": 512}) for _ in range(4)]
