@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/client_common.h"
+#include "cli/stop_signals.h"
 #include "common/fd.h"
 #include "runtime/outcome.h"
 
@@ -92,17 +93,6 @@ runtime::RunResult run_result_of(const json::object& rec) {
     r.signal = static_cast<int>(s->as_int64());
   r.reason = str(rec, "reason");
   return r;
-}
-
-// The signals `cela exec` turns into a remote kill, blocked in every thread (so
-// blocked before any starts) and read from the returned signalfd.
-UniqueFd block_stop_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&set, sig);
-  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
-  return UniqueFd(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
 }
 
 // Copies our stdin to the exec's (POST …/stdin, one chunk per read), then closes it

@@ -13,26 +13,13 @@
 #include <vector>
 
 #include "common/fd.h"
-#include "session/tar_entry.h"
+#include "session/tar.h"
 
 namespace cela::cli {
 namespace {
 namespace fs = std::filesystem;
 
-struct ArchiveWriteFree {
-  void operator()(archive* a) const { archive_write_free(a); }
-};
-struct ArchiveReadFree {
-  void operator()(archive* a) const { archive_read_free(a); }
-};
-struct EntryFree {
-  void operator()(archive_entry* e) const { archive_entry_free(e); }
-};
-
-std::string archive_message(archive* a) {
-  const char* text = archive_error_string(a);
-  return text ? text : "unknown libarchive error";
-}
+using session::archive_message;
 
 la_ssize_t append_to_string(archive*, void* client, const void* buffer, size_t length) {
   static_cast<std::string*>(client)->append(static_cast<const char*>(buffer), length);
@@ -219,8 +206,8 @@ Result<void> extract(archive* tar, archive_entry* entry, int base) {
 
 Result<std::string> pack_directory(const std::string& dir) {
   std::string out;
-  std::unique_ptr<archive, ArchiveWriteFree> tar(archive_write_new());
-  std::unique_ptr<archive_entry, EntryFree> entry(archive_entry_new());
+  session::ArchiveWriter tar(archive_write_new());
+  session::ArchiveEntry entry(archive_entry_new());
   if (!tar || !entry) return fail(ErrorCode::internal, "libarchive: out of memory");
   // pax_restricted: plain ustar headers, pax extensions only where ustar cannot say it
   // (long names, big sizes) — what the daemon writes too.
@@ -270,7 +257,7 @@ Result<uint64_t> unpack_into(const std::string& dir, std::string_view data) {
   UniqueFd base(::open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!base) return sys_fail("open " + dir);
   Source source{data};
-  std::unique_ptr<archive, ArchiveReadFree> tar(archive_read_new());
+  session::ArchiveReader tar(archive_read_new());
   if (!tar) return fail(ErrorCode::internal, "libarchive: out of memory");
   archive_read_support_format_tar(tar.get());
   archive_read_support_format_empty(tar.get());

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 
+#include "cli/stop_signals.h"
 #include "common/units.h"
 #include "jail/result.h"
 #include "jail/sandbox.h"
@@ -86,7 +87,9 @@ Result<Plan> make_plan(const RunOptions& o, const rootfs::Template& tmpl) {
   in.argv = o.command;
   in.user = o.user == "root" ? session::ExecUser::root : session::ExecUser::user;
   in.cwd = o.cwd;
-  in.allow_sudo = o.allow_sudo || (tmpl.allow_sudo && !o.no_allow_sudo);
+  std::optional<bool> asked;
+  if (o.allow_sudo || o.no_allow_sudo) asked = o.allow_sudo;
+  in.allow_sudo = session::sudo_allowed(tmpl, asked);
   in.fsize_bytes = *disk;
   for (const auto& kv : o.env) {
     auto eq = kv.find('=');
@@ -179,17 +182,6 @@ bool pump(int from, int to) {
   if (n <= 0) return false;
   write_all(to, buf, static_cast<size_t>(n));
   return true;
-}
-
-// Blocks the signals the runner turns into a clean stop, and returns a signalfd for
-// them. Blocked before clone, so the sandbox never runs our handlers.
-UniqueFd stop_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) sigaddset(&set, sig);
-  ::sigprocmask(SIG_BLOCK, &set, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
-  return UniqueFd(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
 }
 
 // Runs the exec to its end: streams output, forwards stdin, enforces the timeout,
@@ -305,7 +297,8 @@ int run(const RunOptions& o) {
     out_fd = 2;  // stdout carries only the JSON result
   }
 
-  UniqueFd signal_fd = stop_signals();
+  // Blocked before clone, so the sandbox never runs our handlers.
+  UniqueFd signal_fd = block_stop_signals();
   RunObservation obs;
   obs.timeout_ms = plan->timeout_ms;
   obs.limits = plan->spec.limits;

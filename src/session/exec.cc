@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <boost/asio/post.hpp>
+#include <cstdio>
 
 #include "common/fs.h"
 #include "common/units.h"
@@ -31,7 +32,6 @@ void complete_all(std::vector<Done<T>>& waiters, const Result<T>& result) {
 // ---- the runtime's events -------------------------------------------------------------
 
 void ExecState::on_started(pid_t pid_inside) {
-  pid = pid_inside;
   record.pid = pid_inside;
   manager.exec_started(*this);
 }
@@ -193,6 +193,8 @@ void SessionManager::exec_finished(ExecState& e) {
   r.stderr_bytes = static_cast<int64_t>(e.output->total(runtime::Stream::stderr_stream));
   r.output_truncated = e.output->truncated();
   r.partial = (r.stdout_bytes + r.stderr_bytes) > 0 && r.state != "exited";
+  if (const auto& w = e.output->write_error())
+    std::fprintf(stderr, "cela: output of %s is short: %s\n", r.id.c_str(), w->message().c_str());
   // The output index first: a finished record always finds its output.
   for (auto stream : {runtime::Stream::stdout_stream, runtime::Stream::stderr_stream}) {
     std::string path = e.output->path(stream);

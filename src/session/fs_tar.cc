@@ -14,31 +14,13 @@
 
 #include "session/fs_internal.h"
 #include "session/session_fs.h"
-#include "session/tar_entry.h"
+#include "session/tar.h"
 
 namespace cela::session {
 
 using namespace fs_detail;
 
 namespace {
-
-struct ArchiveWriteFree {
-  void operator()(archive* a) const { archive_write_free(a); }
-};
-struct ArchiveReadFree {
-  void operator()(archive* a) const { archive_read_free(a); }
-};
-struct EntryFree {
-  void operator()(archive_entry* e) const { archive_entry_free(e); }
-};
-using ArchiveWriter = std::unique_ptr<archive, ArchiveWriteFree>;
-using ArchiveReader = std::unique_ptr<archive, ArchiveReadFree>;
-using Entry = std::unique_ptr<archive_entry, EntryFree>;
-
-std::string archive_message(archive* a) {
-  const char* text = archive_error_string(a);
-  return text ? text : "unknown libarchive error";
-}
 
 // ---- export ----
 
@@ -258,7 +240,7 @@ Result<void> SessionFs::export_tar(std::string_view dir,
   // Declared before the archive: archive_write_free may still flush through it.
   ExportSink out{&sink, limits_.max_archive_bytes, 0, std::nullopt};
   ArchiveWriter tar(archive_write_new());
-  Entry entry(archive_entry_new());
+  ArchiveEntry entry(archive_entry_new());
   if (!tar || !entry) return fail(ErrorCode::internal, "libarchive: out of memory");
   // pax_restricted: plain ustar headers, pax extensions only for long names, big sizes
   // and non-ASCII names (kept as raw bytes).

@@ -32,7 +32,6 @@ struct ExecState final : runtime::ExecListener {
   store::ExecRecord record;
   std::unique_ptr<runtime::Exec> exec;
   std::unique_ptr<OutputPipeline> output;
-  pid_t pid = 0;  // inside the sandbox
   bool started = false, finished = false;
   bool out_eof = false, err_eof = false;
   std::string pending_stdin;
