@@ -298,6 +298,9 @@ void Connection::on_header(error_code ec) {
   }
   if (ec) return finish();
   first_request_ = false;
+  // Before anything reads the body: keep_alive_ is still false, so the 400 closes.
+  if (auto framing = check_framing(parser_->get(), parser_->get().version()); !framing)
+    return reject(framing.error());
   route_request();
 }
 

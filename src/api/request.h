@@ -88,6 +88,16 @@ struct ParsedTarget {
 // "/" has no segments; a trailing slash is ignored ("/v1/sessions/" == "/v1/sessions").
 ApiResult<ParsedTarget> parse_target(std::string_view target);
 
+// Request framing (RFC 9112 section 6): a body is delimited by one Content-Length
+// holding one decimal number, or, on HTTP/1.1, by a Transfer-Encoding that is exactly
+// the sole coding `chunked`. Anything else is invalid_request: another coding
+// (identity, gzip), a list (`gzip, chunked`, `chunked, identity`), a repeated header,
+// both headers, a list or repeat of Content-Length, Transfer-Encoding on HTTP/1.0.
+// Beast would read some of these as "no body" and others as chunked; a proxy in front
+// of the daemon may frame the same bytes the other way, and the rest of the byte stream
+// would then be read as a second, smuggled request. The connection closes after the 400.
+ApiResult<void> check_framing(const http::fields& headers, unsigned version);
+
 // "r-" followed by 16 random hex digits.
 std::string new_request_id();
 

@@ -139,6 +139,24 @@ class TestClient {
     return false;
   }
 
+  // Everything the server still sends until it closes (nullopt if it does not within
+  // `timeout`), including bytes already received past the last response read.
+  std::optional<std::string> read_until_closed(std::chrono::milliseconds timeout) {
+    std::string rest = std::exchange(pending_, {});
+    auto deadline = Clock::now() + timeout;
+    char buf[65536];
+    while (Clock::now() < deadline) {
+      int ms = static_cast<int>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, ms) <= 0) return std::nullopt;
+      ssize_t n = recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) return rest;
+      rest.append(buf, static_cast<size_t>(n));
+    }
+    return std::nullopt;
+  }
+
   int fd() const { return fd_; }
 
  private:
@@ -420,6 +438,27 @@ TEST_F(ApiServer, ChunkedRequestBodyIsReassembled) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(r->json_body().at("body"), (json::object{{"a", 12}, {"b", 3}}));
+}
+
+// A coding other than a sole `chunked` would leave Beast reading "no body" (identity) and
+// the bytes after the header as a second request: 400, and the connection closes unread.
+TEST_F(ApiServer, AmbiguousFramingIs400AndTheRestIsNeverParsed) {
+  start([](Router& router, HttpServer&) { add_echo(router); });
+  for (const char* coding : {"identity", "chunked, identity", "gzip, chunked"}) {
+    TestClient c = client();
+    c.send(std::string("POST /v1/echo HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer test-key-1\r\n") +
+           "Transfer-Encoding: " + coding + "\r\n\r\n0\r\n\r\n" +
+           "POST /v1/echo HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer test-key-1\r\n"
+           "Content-Length: 2\r\n\r\n{}");
+    auto r = c.read_response();
+    ASSERT_TRUE(r) << coding;
+    EXPECT_EQ(r->status, 400) << coding;
+    EXPECT_EQ(r->error().at("code").as_string(), "invalid_request");
+    EXPECT_EQ(r->header("Connection"), "close");
+    auto rest = c.read_until_closed(3s);
+    ASSERT_TRUE(rest) << coding;
+    EXPECT_EQ(*rest, "") << coding;  // no answer to the smuggled request
+  }
 }
 
 TEST_F(ApiServer, ExpectContinueIsAnsweredOnlyForAcceptableUploads) {
@@ -920,6 +959,36 @@ TEST(ApiRequest, TargetDecodingRejectsBadEscapes) {
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().code, "invalid_request");
   EXPECT_FALSE(parse_target("http://example.com/x"));
+}
+
+// Request smuggling: only one Content-Length or a sole `chunked` on HTTP/1.1 frames a body.
+TEST(ApiRequest, FramingAcceptsOnlyOneLengthOrASoleChunked) {
+  auto fields = [](std::initializer_list<std::pair<const char*, const char*>> list) {
+    http::fields f;
+    for (auto [name, value] : list) f.insert(name, value);
+    return f;
+  };
+  EXPECT_TRUE(check_framing(fields({}), 11));
+  EXPECT_TRUE(check_framing(fields({{"Content-Length", "12"}}), 11));
+  EXPECT_TRUE(check_framing(fields({{"Content-Length", "12"}}), 10));
+  EXPECT_TRUE(check_framing(fields({{"Transfer-Encoding", "chunked"}}), 11));
+  EXPECT_TRUE(check_framing(fields({{"Transfer-Encoding", "Chunked"}}), 11));
+  EXPECT_TRUE(check_framing(fields({{"Transfer-Encoding", " chunked\t"}}), 11));
+  for (const char* coding : {"identity", "gzip", "chunked, identity", "gzip, chunked", "chunked, chunked",
+                             "x-unknown", "", "chunked;q=1", "\vchunked"}) {
+    auto r = check_framing(fields({{"Transfer-Encoding", coding}}), 11);
+    ASSERT_FALSE(r) << coding;
+    EXPECT_EQ(r.error().code, "invalid_request");
+    EXPECT_EQ(r.error().status, 400);
+  }
+  EXPECT_FALSE(check_framing(fields({{"Transfer-Encoding", "chunked"}}), 10));
+  EXPECT_FALSE(check_framing(fields({{"Transfer-Encoding", "gzip"}, {"Transfer-Encoding", "chunked"}}), 11));
+  EXPECT_FALSE(check_framing(fields({{"Transfer-Encoding", "chunked"}, {"Transfer-Encoding", "chunked"}}), 11));
+  EXPECT_FALSE(check_framing(fields({{"Transfer-Encoding", "chunked"}, {"Content-Length", "3"}}), 11));
+  EXPECT_FALSE(check_framing(fields({{"Content-Length", "3"}, {"Content-Length", "3"}}), 11));
+  EXPECT_FALSE(check_framing(fields({{"Content-Length", "3"}, {"Content-Length", "4"}}), 11));
+  EXPECT_FALSE(check_framing(fields({{"Content-Length", "3, 3"}}), 11));
+  EXPECT_FALSE(check_framing(fields({{"Content-Length", "+3"}}), 11));
 }
 
 TEST(JsonFields, TypedFieldsNameTheOffendingField) {
