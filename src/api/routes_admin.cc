@@ -1,5 +1,6 @@
 // Health, readiness, tenants and keys (admin), and the OpenAPI description (generated
 // from the router's table: openapi.h).
+#include <algorithm>
 #include <boost/json.hpp>
 
 #include "api/json_body.h"
@@ -39,6 +40,10 @@ Result<TenantSpec> parse_tenant(const json::object& body, store::Quotas defaults
   if (auto ok = f.only({"name", "quotas"}); !ok) return std::unexpected(ok.error());
   auto name = f.require_string("name");
   if (!name) return std::unexpected(name.error());
+  // Names are shown and logged: no control characters (NUL included), bounded.
+  if (name->empty() || name->size() > 128 ||
+      std::any_of(name->begin(), name->end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; }))
+    return std::unexpected(f.invalid("name", "must be 1-128 bytes without control characters"));
   TenantSpec spec{*name, defaults};
   auto quotas = f.object("quotas");
   if (!quotas) return std::unexpected(quotas.error());

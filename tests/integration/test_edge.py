@@ -155,3 +155,53 @@ def test_a_sole_chunked_coding_still_works_with_keep_alive(daemon, transport, co
     data, closed = exchange(daemon, transport, request)
     assert [a[0] for a in responses(data)] == [200, 200], data
 
+
+# ---- NUL bytes: refused, never truncated ----
+
+def test_nul_in_exec_fields_is_400_and_runs_nothing(daemon, sid):
+    marker = "/tmp/nul-marker"
+    bodies = [
+        {"cmd": f"touch {marker}\u0000; exit 3"},
+        {"argv": ["touch", marker + "\u0000x"]},
+        {"cmd": f"touch {marker}", "cwd": "/tmp\u0000/no/such/dir"},
+        {"cmd": f"touch {marker}", "env": {"K\u0000EY": "v"}},
+        {"cmd": f"touch {marker}", "env": {"KEY": "v\u0000w"}},
+    ]
+    for route in ("execs", "run"):
+        for body in bodies:
+            status, err, _ = daemon.request("POST", f"/v1/sessions/{sid}/{route}", body)
+            assert status == 400 and err["error"]["code"] == "invalid_request", (route, body, err)
+    status, _, _ = daemon.request("HEAD", f"/v1/sessions/{sid}/files?path={marker}")
+    assert status == 404  # nothing ran, truncated or not
+
+
+def test_nul_in_session_create_fields_is_400(daemon):
+    for body in ({"template": TEMPLATE + "\u0000x"}, {"template": TEMPLATE, "env": {"A\u0000B": "1"}},
+                 {"template": TEMPLATE, "env": {"A": "1\u00002"}}):
+        status, err, _ = daemon.request("POST", "/v1/sessions", body)
+        assert status == 400 and err["error"]["code"] == "invalid_request", (body, err)
+
+
+def test_nul_in_file_paths_is_400(daemon, sid):
+    daemon.run(sid, "echo secret > /tmp/real")
+    nul = urllib.parse.quote("/tmp/real\x00.txt")
+    nul_b64 = urllib.parse.quote(b64(b"/tmp/real\x00.txt"))
+    for method, target, body in [
+        ("PUT", f"files?path={nul}", b"x"), ("GET", f"files?path={nul}", None),
+        ("DELETE", f"files?path={nul}", None), ("GET", f"fs?path={nul}", None),
+        ("GET", f"archive?path={urllib.parse.quote('/tmp' + chr(0))}", None),
+        ("GET", f"files?path_b64={nul_b64}", None), ("PUT", f"files?path_b64={nul_b64}", b"x"),
+        ("POST", "fs/mkdir", {"path": "/tmp/d\u0000x"}), ("POST", "fs/mkdir", {"path_b64": b64(b"/tmp/d\x00x")}),
+        ("POST", "fs/move", {"from": "/tmp/real\u0000.txt", "to": "/tmp/moved"}),
+        ("POST", "fs/move", {"from": "/tmp/real", "to": "/tmp/moved\u0000x"}),
+    ]:
+        status, err, _ = daemon.request(method, f"/v1/sessions/{sid}/{target}", body)
+        assert status == 400 and err["error"]["code"] == "invalid_request", (method, target, err)
+    status, data, _ = daemon.request("GET", f"/v1/sessions/{sid}/files?path=/tmp/real", raw=True)
+    assert (status, data) == (200, b"secret\n")  # not moved, not deleted, not overwritten
+
+
+def test_nul_in_a_tenant_name_is_400(daemon):
+    status, err, _ = daemon.request("POST", "/v1/tenants", {"name": "acme\u0000evil"})
+    assert status == 400 and err["error"]["code"] == "invalid_request", err
+
