@@ -2,6 +2,8 @@
 // stores records; only the API renders them.
 #include "api/render.h"
 
+#include "common/encoding.h"
+
 namespace cela::api {
 namespace json = boost::json;
 
@@ -87,6 +89,15 @@ json::object render(const store::TenantRecord& t) {
   o["quotas"] = std::move(quotas);
   o["created_at"] = t.created_at;
   return o;
+}
+
+void set_name_field(json::object& o, std::string_view key, std::string_view bytes) {
+  if (valid_utf8(bytes)) {
+    o[key] = bytes;
+    return;
+  }
+  o[key] = utf8_lossy(bytes);
+  o[std::string(key) + "_b64"] = base64_encode(bytes);
 }
 
 }  // namespace cela::api

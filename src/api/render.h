@@ -10,6 +10,7 @@
 #pragma once
 
 #include <boost/json/object.hpp>
+#include <string_view>
 
 #include "store/records.h"
 
@@ -18,5 +19,10 @@ namespace cela::api {
 boost::json::object render(const store::SessionRecord& session);
 boost::json::object render(const store::ExecRecord& exec);
 boost::json::object render(const store::TenantRecord& tenant);
+
+// A file name or path as API.md wants it: o[key] is the text; when `bytes` are not
+// UTF-8, o[key] is their display form (U+FFFD for each bad byte) and o[key + "_b64"]
+// carries the exact bytes in base64. The sibling is absent for UTF-8 names.
+void set_name_field(boost::json::object& o, std::string_view key, std::string_view bytes);
 
 }  // namespace cela::api

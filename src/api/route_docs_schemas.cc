@@ -81,6 +81,13 @@ json::value object_schema(
   return o;
 }
 
+namespace {
+// The sibling of a file name field, present only when the name is not UTF-8.
+json::value name_b64() {
+  return string_schema("padded base64 of the exact bytes; present only when they are not UTF-8");
+}
+}  // namespace
+
 json::value bounded(json::value schema, double minimum, double maximum) {
   json::object& o = schema.as_object();
   bool integer = o.at("type").as_string() == "integer";
@@ -346,34 +353,48 @@ const json::object& component_schemas() {
                                             {"id", "state", "signal"}),
                               ref("Exec")}}};
 
+    // routes_files.cc set_name_field: a name that is not UTF-8 comes as display text
+    // (U+FFFD for each bad byte) plus its exact bytes in the `_b64` sibling.
     s["FileWritten"] =
         object_schema({{"path", string_schema()},
+                       {"path_b64", name_b64()},
                        {"size", integer_schema()},
                        {"sha256", string_schema("lower-case hex of the bytes written")}},
                       {"path", "size", "sha256"});
     // routes_files.cc info_json.
     s["FileInfo"] =
         object_schema({{"name", string_schema()},
+                       {"name_b64", name_b64()},
                        {"path", string_schema()},
+                       {"path_b64", name_b64()},
                        {"type", enum_schema({"file", "dir", "symlink", "other"})},
                        {"size", integer_schema()},
                        {"mode", integer_schema("permission bits (07777) as a number")},
                        {"mtime", integer_schema("milliseconds since the epoch")},
-                       {"symlink_target", nullable(string_schema())}},
+                       {"symlink_target", nullable(string_schema())},
+                       {"symlink_target_b64", name_b64()}},
                       {"name", "path", "type", "size", "mode", "mtime", "symlink_target"});
     s["DirListing"] = object_schema(
-        {{"path", string_schema()}, {"entries", array_of(ref("FileInfo"))}}, {"path", "entries"});
-    s["MkdirRequest"] =
-        object_schema({{"path", string_schema()}, {"parents", boolean_schema()}}, {"path"});
-    s["PathResult"] = object_schema({{"path", string_schema()}}, {"path"});
-    s["MoveRequest"] = object_schema(
-        {{"from", string_schema()}, {"to", string_schema()}, {"overwrite", boolean_schema()}},
-        {"from", "to"});
-    s["MoveResult"] =
-        object_schema({{"from", string_schema()}, {"to", string_schema()}}, {"from", "to"});
-    s["ArchiveImported"] =
-        object_schema({{"path", string_schema()}, {"entries", integer_schema("entries extracted")}},
-                      {"path", "entries"});
+        {{"path", string_schema()}, {"path_b64", name_b64()}, {"entries", array_of(ref("FileInfo"))}},
+        {"path", "entries"});
+    s["MkdirRequest"] = object_schema({{"path", string_schema("required unless path_b64")},
+                                       {"path_b64", string_schema("padded base64 of the path's bytes")},
+                                       {"parents", boolean_schema()}});
+    s["PathResult"] = object_schema({{"path", string_schema()}, {"path_b64", name_b64()}}, {"path"});
+    s["MoveRequest"] = object_schema({{"from", string_schema("required unless from_b64")},
+                                      {"from_b64", string_schema("padded base64 of the path's bytes")},
+                                      {"to", string_schema("required unless to_b64")},
+                                      {"to_b64", string_schema("padded base64 of the path's bytes")},
+                                      {"overwrite", boolean_schema()}});
+    s["MoveResult"] = object_schema({{"from", string_schema()},
+                                     {"from_b64", name_b64()},
+                                     {"to", string_schema()},
+                                     {"to_b64", name_b64()}},
+                                    {"from", "to"});
+    s["ArchiveImported"] = object_schema({{"path", string_schema()},
+                                          {"path_b64", name_b64()},
+                                          {"entries", integer_schema("entries extracted")}},
+                                         {"path", "entries"});
 
     s["Quotas"] = object_schema({{"max_sessions", integer_schema("0 = unlimited")},
                                  {"max_memory_mb", integer_schema("0 = unlimited")},

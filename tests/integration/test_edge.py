@@ -205,3 +205,94 @@ def test_nul_in_a_tenant_name_is_400(daemon):
     status, err, _ = daemon.request("POST", "/v1/tenants", {"name": "acme\u0000evil"})
     assert status == 400 and err["error"]["code"] == "invalid_request", err
 
+
+# ---- names that are not UTF-8 ----
+
+BAD = b"a\xffb\xc3"  # a lone 0xff and a cut-off two-byte character
+BAD_DIR = "/home/user/names"
+
+
+@pytest.fixture
+def bad_names(daemon, sid):
+    """A directory made by sandbox code holding a file, a directory and a symlink whose
+    names (and the link's target) are not UTF-8."""
+    daemon.run(sid, f"mkdir -p {BAD_DIR} && cd {BAD_DIR} && printf 'content' > \"$(printf 'a\\377b\\303')\" && "
+                    "mkdir \"$(printf 'd\\376')\" && ln -s \"$(printf 't\\375')\" link && echo plain > plain")
+    return BAD_DIR
+
+
+def test_listing_non_utf8_names_is_valid_utf8_with_b64_siblings(daemon, sid, bad_names):
+    status, payload, _ = daemon.request("GET", f"/v1/sessions/{sid}/fs?path={bad_names}", raw=True)
+    assert status == 200, payload
+    listing = strict_json(payload)
+    by_name = {}
+    for e in listing["entries"]:
+        exact = base64.b64decode(e["name_b64"]) if "name_b64" in e else e["name"].encode()
+        by_name[exact] = e
+    assert set(by_name) == {BAD, b"d\xfe", b"link", b"plain"}, by_name
+    f = by_name[BAD]
+    assert f["type"] == "file" and f["size"] == 7
+    assert base64.b64decode(f["path_b64"]) == BAD_DIR.encode() + b"/" + BAD
+    assert "\ufffd" in f["name"]  # the display form
+    assert base64.b64decode(by_name[b"d\xfe"]["path_b64"]) == BAD_DIR.encode() + b"/d\xfe"
+    link = by_name[b"link"]
+    assert link["type"] == "symlink" and base64.b64decode(link["symlink_target_b64"]) == b"t\xfd"
+    plain = by_name[b"plain"]  # UTF-8 names carry no sibling
+    assert "name_b64" not in plain and "path_b64" not in plain and plain["symlink_target"] is None
+
+
+def test_non_utf8_path_round_trips_through_path_b64(daemon, sid, bad_names):
+    exact = BAD_DIR.encode() + b"/" + BAD
+    q = urllib.parse.quote(b64(exact))
+    status, data, _ = daemon.request("GET", f"/v1/sessions/{sid}/files?path_b64={q}", raw=True)
+    assert (status, data) == (200, b"content")
+    status, _, resp = daemon.request("HEAD", f"/v1/sessions/{sid}/files?path_b64={q}", raw=True)
+    assert status == 200 and resp.getheader("X-Cela-Size") == "7"
+    # The percent-encoded bytes name the same file.
+    status, data, _ = daemon.request("GET", f"/v1/sessions/{sid}/files?path={urllib.parse.quote(exact)}", raw=True)
+    assert (status, data) == (200, b"content")
+    # Writing under a new non-UTF-8 name: the answer is UTF-8 and names the exact bytes.
+    new = BAD_DIR.encode() + b"/new\xfa"
+    status, payload, _ = daemon.request("PUT", f"/v1/sessions/{sid}/files?path_b64={urllib.parse.quote(b64(new))}",
+                                        b"fresh", raw=True)
+    assert status == 201, payload
+    assert base64.b64decode(strict_json(payload)["path_b64"]) == new
+    r = daemon.run(sid, f"cat {BAD_DIR}/\"$(printf 'new\\372')\"")
+    assert r["stdout"] == "fresh"
+    # mkdir and move take the same form in their bodies.
+    status, payload, _ = daemon.request("POST", f"/v1/sessions/{sid}/fs/mkdir",
+                                        {"path_b64": b64(BAD_DIR.encode() + b"/m\xf9")}, raw=True)
+    assert status == 201 and base64.b64decode(strict_json(payload)["path_b64"]).endswith(b"/m\xf9"), payload
+    status, payload, _ = daemon.request("POST", f"/v1/sessions/{sid}/fs/move",
+                                        {"from_b64": b64(new), "to_b64": b64(new + b"\xf8")}, raw=True)
+    assert status == 200, payload
+    moved = strict_json(payload)
+    assert base64.b64decode(moved["from_b64"]) == new and base64.b64decode(moved["to_b64"]) == new + b"\xf8"
+    for bad in ({"path": "/tmp/x", "path_b64": b64(b"/tmp/x")}, {"path_b64": "not base64!"}):
+        status, err, _ = daemon.request("POST", f"/v1/sessions/{sid}/fs/mkdir", bad)
+        assert status == 400, err
+    status, err, _ = daemon.request("GET", f"/v1/sessions/{sid}/files?path=/tmp/x&path_b64={b64(b'/tmp/x')}")
+    assert status == 400, err
+
+
+def test_errors_about_non_utf8_paths_are_valid_utf8(daemon, sid):
+    for target in ("files?path=" + urllib.parse.quote(b"/nope/\xff\xfe"),
+                   "fs?path=" + urllib.parse.quote(b"/nope\xff"),
+                   "files?path_b64=" + urllib.parse.quote(b64(b"/nope/\x80"))):
+        status, payload, _ = daemon.request("GET", f"/v1/sessions/{sid}/{target}", raw=True)
+        assert status == 404, payload
+        assert strict_json(payload)["error"]["code"] == "not_found"
+    # An id that is not UTF-8 is echoed in the error's session_id.
+    status, payload, _ = daemon.request("GET", "/v1/sessions/s-%FF%FE", raw=True)
+    assert status == 404 and strict_json(payload)["error"]["session_id"] in (None, "s-\ufffd\ufffd"), payload
+
+
+def test_tar_export_keeps_non_utf8_names_exact(daemon, sid, bad_names):
+    status, data, _ = daemon.request("GET", f"/v1/sessions/{sid}/archive?path={bad_names}", raw=True)
+    assert status == 200
+    with tarfile.open(fileobj=io.BytesIO(data), encoding="utf-8", errors="surrogateescape") as t:
+        names = {m.name.encode("utf-8", "surrogateescape").lstrip(b"./") for m in t.getmembers()}
+        member = next(m for m in t.getmembers() if m.name.encode("utf-8", "surrogateescape").endswith(BAD))
+        assert t.extractfile(member).read() == b"content"
+    assert {BAD, b"d\xfe", b"link", b"plain"} <= names, names
+
