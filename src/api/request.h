@@ -33,8 +33,9 @@ struct PeerCred {
 // Who is calling, as decided by the authenticator. Opaque to the HTTP layer.
 struct Principal {
   std::string tenant_id;
-  bool admin = false;
+  bool admin = false;  // manages its own tenant
   std::string key_id;  // empty for local (unix socket) callers
+  bool host_admin = false;  // acts across tenants (implies admin)
 };
 
 // Query parameters, percent-decoded ('+' reads as a space, as in form encoding; a

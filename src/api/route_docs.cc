@@ -66,8 +66,9 @@ const RouteDoc openapi{
 const RouteDoc create_tenant{
     .operation_id = "createTenant",
     .tag = "admin",
-    .summary = "Create a tenant with quotas (admin key)",
-    .description = "Quotas not given take the config's defaults; 0 means unlimited.",
+    .summary = "Create a tenant with quotas (host admin key)",
+    .description = "Quotas not given take the config's defaults; 0 means unlimited. A tenant's own "
+                   "admin key is forbidden here: only a host admin key (or local root) creates tenants.",
     .body = {json_body(ref("CreateTenant"), true)},
     .responses = {json_response(201, "the tenant", ref("Tenant"))},
     .errors = {"forbidden"},
@@ -77,9 +78,29 @@ const RouteDoc create_key{
     .operation_id = "createKey",
     .tag = "admin",
     .summary = "Issue an API key for a tenant (admin key); the key is shown once",
+    .description = "A tenant admin key issues keys for its own tenant only (another tenant is "
+                   "not_found); only a host admin key issues keys for any tenant, and only it may "
+                   "ask for `host_admin`.",
     .params = {path_param("t", "tenant id (t-...)")},
     .body = {json_body(ref("CreateKey"))},
     .responses = {json_response(201, "the key; only its sha256 is stored", ref("Key"))},
+    .errors = {"forbidden", "not_found"},
+};
+
+const RouteDoc list_tenants{
+    .operation_id = "listTenants",
+    .tag = "admin",
+    .summary = "List tenants (admin key): every tenant for a host admin, its own for a tenant admin",
+    .responses = {json_response(200, "the tenants, oldest first", ref("TenantList"))},
+    .errors = {"forbidden"},
+};
+
+const RouteDoc get_tenant{
+    .operation_id = "getTenant",
+    .tag = "admin",
+    .summary = "One tenant (admin key); another tenant is not_found to a tenant admin",
+    .params = {path_param("t", "tenant id (t-...)")},
+    .responses = {json_response(200, "the tenant", ref("Tenant"))},
     .errors = {"forbidden", "not_found"},
 };
 

@@ -407,13 +407,18 @@ const json::object& component_schemas() {
                                  {"quotas", ref("Quotas")},
                                  {"created_at", timestamp()}},
                                 {"id", "name", "quotas", "created_at"});
-    s["CreateKey"] = object_schema({{"admin", boolean_schema("default false")}});
+    s["TenantList"] = object_schema({{"tenants", array_of(ref("Tenant"))}}, {"tenants"});
+    s["CreateKey"] = object_schema(
+        {{"admin", boolean_schema("default false: manages its own tenant")},
+         {"host_admin", boolean_schema("default false: acts across tenants; implies admin; only a "
+                                       "host admin key may ask for it")}});
     s["Key"] = object_schema(
         {{"id", string_schema("k-<16 hex>, safe to show and log")},
          {"tenant_id", string_schema()},
          {"key", string_schema("cela_<64 hex>: shown once, only its sha256 is stored")},
-         {"admin", boolean_schema()}},
-        {"id", "tenant_id", "key", "admin"});
+         {"admin", boolean_schema()},
+         {"host_admin", boolean_schema()}},
+        {"id", "tenant_id", "key", "admin", "host_admin"});
     return s;
   }();
   return schemas;

@@ -39,9 +39,12 @@ struct TenantRecord {
 struct KeyRecord {
   std::string id;  // "k-<16 hex>", safe to show and log
   std::string tenant_id;
-  bool admin = false;
+  bool admin = false;  // may manage its own tenant (keys, reading the tenant)
   std::string created_at;
   bool revoked = false;
+  // Acts across tenants: creates tenants, keys for any tenant, reads every tenant.
+  // Implies admin. The bootstrap key is one; local root on the unix socket acts as one.
+  bool host_admin = false;
 };
 
 // What create_key hands back, once: `key` is the only copy of the plaintext.

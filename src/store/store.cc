@@ -114,6 +114,14 @@ CREATE TABLE exec_output (
     R"sql(
 ALTER TABLE execs ADD COLUMN pid INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 3: host admin keys. Only they act across tenants; before this every admin key
+    // did, so the operator's own (the first tenant's admin keys) keep that power and
+    // other tenants' admin keys become tenant admins.
+    R"sql(
+ALTER TABLE api_keys ADD COLUMN host_admin INTEGER NOT NULL DEFAULT 0;
+UPDATE api_keys SET host_admin = 1
+  WHERE admin = 1 AND tenant_id IN (SELECT id FROM tenants WHERE name = 'default');
+)sql",
 };
 constexpr int64_t kSchemaVersion = std::size(kMigrations);
 
@@ -121,7 +129,7 @@ constexpr std::string_view kLiveStates = "('starting', 'ready', 'running', 'paus
 
 constexpr std::string_view kTenantColumns =
     "id, name, max_sessions, max_memory_mb, max_cpus, created_at";
-constexpr std::string_view kKeyColumns = "id, tenant_id, admin, created_at, revoked";
+constexpr std::string_view kKeyColumns = "id, tenant_id, admin, created_at, revoked, host_admin";
 constexpr std::string_view kSessionColumns =
     "id, tenant_id, state, template_ref, limits, network, metadata, spec, created_at, "
     "ready_at, expires_at, last_activity_at, idle_timeout_s, startup_ms, slot, cgroup, "
@@ -213,6 +221,7 @@ KeyRecord read_key(Stmt& stmt) {
   k.admin = r.boolean();
   k.created_at = r.text();
   k.revoked = r.boolean();
+  k.host_admin = r.boolean();
   return k;
 }
 
@@ -428,18 +437,18 @@ Result<std::vector<TenantRecord>> Store::list_tenants() {
 
 // ---- API keys ----
 
-Result<IssuedKey> Store::insert_key_locked(std::string_view tenant_id, bool admin) {
+Result<IssuedKey> Store::insert_key_locked(std::string_view tenant_id, bool admin, bool host_admin) {
   IssuedKey issued{new_id("k"), "cela_" + hex_encode(random_bytes(32))};
   auto stmt = db_.prepare(
-      "INSERT INTO api_keys (" + std::string(kKeyColumns) + ", hash) VALUES (?, ?, ?, ?, 0, ?)",
+      "INSERT INTO api_keys (" + std::string(kKeyColumns) + ", hash) VALUES (?, ?, ?, ?, 0, ?, ?)",
       "create key");
   if (!stmt) return std::unexpected(stmt.error());
-  stmt->bind(issued.id, tenant_id, admin, now_rfc3339(), sha256_hex(issued.key));
+  stmt->bind(issued.id, tenant_id, admin || host_admin, now_rfc3339(), host_admin, sha256_hex(issued.key));
   if (auto r = stmt->run(); !r) return std::unexpected(r.error());
   return issued;
 }
 
-Result<IssuedKey> Store::create_key(std::string_view tenant_id, bool admin) {
+Result<IssuedKey> Store::create_key(std::string_view tenant_id, bool admin, bool host_admin) {
   std::lock_guard lock(mu_);
   {
     auto stmt = db_.prepare("SELECT 1 FROM tenants WHERE id = ?", "create key: find tenant");
@@ -449,7 +458,7 @@ Result<IssuedKey> Store::create_key(std::string_view tenant_id, bool admin) {
     if (!row) return std::unexpected(row.error());
     if (!*row) return std::unexpected(not_found("create key: tenant " + std::string(tenant_id)));
   }
-  return insert_key_locked(tenant_id, admin);
+  return insert_key_locked(tenant_id, admin, host_admin);
 }
 
 Result<std::optional<KeyRecord>> Store::authenticate(std::string_view key) {
@@ -486,7 +495,7 @@ Result<std::optional<std::string>> Store::bootstrap(const Quotas& quotas) {
   if (*tenants > 0) return std::optional<std::string>();
   auto tenant = insert_tenant_locked("default", quotas);
   if (!tenant) return std::unexpected(tenant.error());
-  auto key = insert_key_locked(tenant->id, /*admin=*/true);
+  auto key = insert_key_locked(tenant->id, /*admin=*/true, /*host_admin=*/true);
   if (!key) return std::unexpected(key.error());
   if (auto r = tx->commit(); !r) return std::unexpected(r.error());
   return std::optional<std::string>(std::move(key->key));

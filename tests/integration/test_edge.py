@@ -296,3 +296,98 @@ def test_tar_export_keeps_non_utf8_names_exact(daemon, sid, bad_names):
         assert t.extractfile(member).read() == b"content"
     assert {BAD, b"d\xfe", b"link", b"plain"} <= names, names
 
+
+# ---- tenants: only a host admin key acts across tenants ----
+
+@pytest.fixture
+def tenants(daemon):
+    """Tenants A and B (made by the host admin key), with their keys and one session of B's."""
+    host = daemon.key
+
+    def call(method, path, body=None, key=host):
+        return daemon.request(method, path, body, tcp=True, key=key)
+
+    out = {"call": call, "host": host}
+    for name in ("A", "B"):
+        status, t, _ = call("POST", "/v1/tenants", {"name": f"edge-{name}-{os.urandom(4).hex()}"})
+        assert status == 201, t
+        out[name] = t["id"]
+        for role, body in (("admin", {"admin": True}), ("user", {})):
+            status, k, _ = call("POST", f"/v1/tenants/{t['id']}/keys", body)
+            assert status == 201 and k["admin"] == (role == "admin") and k["host_admin"] is False, k
+            out[f"{name}_{role}"] = k["key"]
+    status, s, _ = call("POST", "/v1/sessions", {"template": TEMPLATE, "limits": {"memory_mb": 256}},
+                        key=out["B_user"])
+    assert status == 201, s
+    out["B_session"] = s["id"]
+    yield out
+    call("DELETE", f"/v1/sessions/{s['id']}", key=out["B_user"])
+
+
+def test_tenant_admin_cannot_create_tenants(tenants):
+    call = tenants["call"]
+    status, err, _ = call("POST", "/v1/tenants", {"name": "edge-by-A"}, key=tenants["A_admin"])
+    assert status == 403 and err["error"]["code"] == "forbidden", err
+    assert call("POST", "/v1/tenants", {"name": "edge-by-A-user"}, key=tenants["A_user"])[0] == 403
+
+
+def test_tenant_admin_cannot_mint_keys_for_another_tenant(tenants):
+    call, a_admin = tenants["call"], tenants["A_admin"]
+    for body in ({}, {"admin": True}, {"host_admin": True}):
+        status, err, _ = call("POST", f"/v1/tenants/{tenants['B']}/keys", body, key=a_admin)
+        assert status == 404 and err["error"]["code"] == "not_found", (body, err)
+    # Its own tenant: yes, but never a host admin key.
+    status, k, _ = call("POST", f"/v1/tenants/{tenants['A']}/keys", {"admin": True}, key=a_admin)
+    assert status == 201 and k["tenant_id"] == tenants["A"] and k["host_admin"] is False, k
+    status, err, _ = call("POST", f"/v1/tenants/{tenants['A']}/keys", {"host_admin": True}, key=a_admin)
+    assert status == 403 and err["error"]["code"] == "forbidden", err
+    # A minted key of A's is A's: it cannot create tenants either.
+    assert call("POST", "/v1/tenants", {"name": "edge-by-A2"}, key=k["key"])[0] == 403
+    # A non-admin key manages nothing, not even its own tenant.
+    assert call("POST", f"/v1/tenants/{tenants['A']}/keys", {}, key=tenants["A_user"])[0] == 403
+
+
+def test_tenant_admin_lists_and_reads_only_its_own_tenant(tenants):
+    call, a_admin = tenants["call"], tenants["A_admin"]
+    status, listing, _ = call("GET", "/v1/tenants", key=a_admin)
+    assert status == 200 and [t["id"] for t in listing["tenants"]] == [tenants["A"]], listing
+    assert call("GET", f"/v1/tenants/{tenants['A']}", key=a_admin)[0] == 200
+    status, err, _ = call("GET", f"/v1/tenants/{tenants['B']}", key=a_admin)
+    assert status == 404 and err["error"]["code"] == "not_found"
+    assert call("GET", "/v1/tenants", key=tenants["A_user"])[0] == 403
+    # The host admin key sees every tenant.
+    status, listing, _ = call("GET", "/v1/tenants")
+    assert {tenants["A"], tenants["B"]} <= {t["id"] for t in listing["tenants"]}
+    assert call("GET", f"/v1/tenants/{tenants['B']}")[0] == 200
+
+
+def test_tenant_admin_cannot_reach_another_tenants_sessions(tenants):
+    call, a_admin, sid = tenants["call"], tenants["A_admin"], tenants["B_session"]
+    for method, path, body in [
+        ("GET", f"/v1/sessions/{sid}", None), ("PATCH", f"/v1/sessions/{sid}", {"ttl_s": 60}),
+        ("POST", f"/v1/sessions/{sid}/execs", {"cmd": "true"}), ("POST", f"/v1/sessions/{sid}/run", {"cmd": "true"}),
+        ("GET", f"/v1/sessions/{sid}/files?path=/etc/hostname", None),
+        ("PUT", f"/v1/sessions/{sid}/files?path=/tmp/x", "x"), ("GET", f"/v1/sessions/{sid}/fs?path=/", None),
+        ("GET", f"/v1/sessions/{sid}/archive?path=/tmp", None), ("DELETE", f"/v1/sessions/{sid}", None),
+    ]:
+        status, err, _ = call(method, path, body, key=a_admin)
+        assert status == 404 and err["error"]["code"] == "not_found", (method, path, err)
+    status, listing, _ = call("GET", "/v1/sessions", key=a_admin)
+    assert sid not in [s["id"] for s in listing["sessions"]]
+    # No field puts a session into another tenant.
+    status, err, _ = call("POST", "/v1/sessions", {"template": TEMPLATE, "tenant": tenants["B"]}, key=a_admin)
+    assert status == 400, err
+    # Still alive for its owner.
+    status, s, _ = call("GET", f"/v1/sessions/{sid}", key=tenants["B_user"])
+    assert status == 200 and s["state"] == "ready"
+
+
+def test_host_admin_key_acts_across_tenants_and_can_mint_host_keys(tenants):
+    call = tenants["call"]
+    status, k, _ = call("POST", f"/v1/tenants/{tenants['B']}/keys", {"admin": True})
+    assert status == 201 and k["tenant_id"] == tenants["B"], k
+    status, hk, _ = call("POST", f"/v1/tenants/{tenants['A']}/keys", {"host_admin": True})
+    assert status == 201 and hk["admin"] is True and hk["host_admin"] is True, hk
+    status, t, _ = call("POST", "/v1/tenants", {"name": "edge-by-new-host-key"}, key=hk["key"])
+    assert status == 201, t
+

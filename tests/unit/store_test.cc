@@ -110,7 +110,7 @@ class StoreTest : public ::testing::Test {
 TEST_F(StoreTest, OpenCreatesSchemaWithMode0600) {
   auto version = store_->schema_version();
   ASSERT_TRUE(version);
-  EXPECT_EQ(*version, 2);
+  EXPECT_EQ(*version, 3);
   EXPECT_EQ(mode_of(db_path_), 0600u);
   ASSERT_TRUE(std::filesystem::exists(db_path_ + "-wal"));  // WAL is on
   EXPECT_EQ(mode_of(db_path_ + "-wal"), 0600u);
@@ -152,7 +152,7 @@ TEST_F(StoreTest, ReopenKeepsDataAndMigrationIsIdempotent) {
   for (int round = 0; round < 2; ++round) {
     auto reopened = Store::open(db_path_);
     ASSERT_TRUE(reopened) << reopened.error().message();
-    EXPECT_EQ(*(*reopened)->schema_version(), 2);
+    EXPECT_EQ(*(*reopened)->schema_version(), 3);
     auto tenants = (*reopened)->list_tenants();
     ASSERT_TRUE(tenants);
     ASSERT_EQ(tenants->size(), 2u);
@@ -254,6 +254,51 @@ TEST_F(StoreBootstrapTest, CreatesOneDefaultTenantAndAdminKeyOnce) {
   ASSERT_TRUE(reopened);
   EXPECT_FALSE((*(*reopened)->bootstrap(Quotas{})).has_value());
   EXPECT_TRUE((*(*reopened)->authenticate(key)).has_value());
+}
+
+// Only host admin keys act across tenants: the bootstrap key is one, other admin keys
+// are not unless asked for, and a host admin key is an admin key.
+TEST_F(StoreBootstrapTest, HostAdminKeysAreMarkedAndOnlyWhenAsked) {
+  const std::string boot = **store_->bootstrap(Quotas{});
+  auto other = store_->create_tenant("other", Quotas{});
+  ASSERT_TRUE(other);
+  auto tenant_admin = store_->create_key(other->id, true);
+  auto host_admin = store_->create_key(other->id, false, true);
+  ASSERT_TRUE(tenant_admin && host_admin);
+  auto role = [&](const std::string& key) {
+    auto r = **store_->authenticate(key);
+    return std::pair{r.admin, r.host_admin};
+  };
+  EXPECT_EQ(role(boot), std::pair(true, true));
+  EXPECT_EQ(role(tenant_admin->key), std::pair(true, false));
+  EXPECT_EQ(role(host_admin->key), std::pair(true, true));
+}
+
+// Migration 3: before it every admin key acted across tenants; after it only the
+// default tenant's (the operator's) do.
+TEST_F(StoreBootstrapTest, MigrationKeepsOnlyTheDefaultTenantsAdminKeysHostWide) {
+  const std::string boot = **store_->bootstrap(Quotas{});
+  auto other = store_->create_tenant("other", Quotas{});
+  ASSERT_TRUE(other);
+  const std::string other_admin = store_->create_key(other->id, true, true)->key;
+  const std::string default_user = store_->create_key((*store_->list_tenants())[0].id, false)->key;
+  store_.reset();
+  // Back to schema 2: the column did not exist.
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db_path_.c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE api_keys DROP COLUMN host_admin; PRAGMA user_version = 2", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(raw);
+  sqlite3_close(raw);
+  auto reopened = Store::open(db_path_);
+  ASSERT_TRUE(reopened) << reopened.error().message();
+  EXPECT_EQ(*(*reopened)->schema_version(), 3);
+  auto host = [&](const std::string& key) { return (**(*reopened)->authenticate(key)).host_admin; };
+  EXPECT_TRUE(host(boot));
+  EXPECT_FALSE(host(other_admin));
+  EXPECT_FALSE(host(default_user));
+  EXPECT_TRUE((**(*reopened)->authenticate(other_admin)).admin);
 }
 
 TEST_F(StoreBootstrapTest, WrongKeysDoNotAuthenticate) {
