@@ -391,3 +391,80 @@ def test_host_admin_key_acts_across_tenants_and_can_mint_host_keys(tenants):
     status, t, _ = call("POST", "/v1/tenants", {"name": "edge-by-new-host-key"}, key=hk["key"])
     assert status == 201, t
 
+
+# ---- the CLI: sandbox output cannot drive the user's terminal ----
+
+# OSC 0 (window title), OSC 52 (clipboard), CSI (colour, clear screen), a C1 CSI as UTF-8,
+# a lone 0x9b byte, BEL: everything a terminal acts on.
+EVIL = "printf 'A\\033]0;pwned\\007B\\033]52;c;cHduZWQ=\\007C\\033[31mD\\033[2JE\\302\\233F\\233G\\tH\\r\\n'"
+EVIL_RAW = b"A\x1b]0;pwned\x07B\x1b]52;c;cHduZWQ=\x07C\x1b[31mD\x1b[2JE\xc2\x9bF\x9bG\tH\r\n"
+EVIL_SHOWN = b"A\\x1b]0;pwned\\x07B\\x1b]52;c;cHduZWQ=\\x07C\\x1b[31mD\\x1b[2JE\\u009bF\\x9bG\tH\r\n"
+
+
+def on_pty(args, timeout=120):
+    """Runs `args` with stdout and stderr on a pseudo-terminal; returns (exit code, bytes)."""
+    master, slave = pty.openpty()
+    attrs = __import__("termios").tcgetattr(slave)
+    attrs[1] &= ~__import__("termios").ONLCR  # see the bytes as written, no \n -> \r\n
+    __import__("termios").tcsetattr(slave, __import__("termios").TCSANOW, attrs)
+    p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+    ownership.register_process(p.pid)
+    os.close(slave)
+    out = b""
+    end = time.monotonic() + timeout
+    try:
+        while time.monotonic() < end:
+            r, _, _ = select.select([master], [], [], 1)
+            if r:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: every writer closed the terminal
+                    break
+                if not chunk:
+                    break
+                out += chunk
+            elif p.poll() is not None:
+                break
+        return p.wait(30), out
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(master)
+
+
+def cli_variants(daemon, sid):
+    url = f"unix://{daemon.socket}"
+    status, e, _ = daemon.request("POST", f"/v1/sessions/{sid}/execs", {"cmd": EVIL + "; " + EVIL + " >&2"})
+    assert status == 202, e
+    for _ in range(100):
+        if daemon.request("GET", f"/v1/sessions/{sid}/execs/{e['id']}")[1]["state"] != "running":
+            break
+        time.sleep(0.1)
+    return {
+        "run": [CELA, "run", "--template", TEMPLATE, "--", "sh", "-c", EVIL + "; " + EVIL + " >&2"],
+        "exec": [CELA, "exec", "--url", url, sid, "--", "sh", "-c", EVIL + "; " + EVIL + " >&2"],
+        "logs": [CELA, "logs", "--url", url, sid, e["id"]],
+        "logs_follow": [CELA, "logs", "--url", url, "--follow", sid, e["id"]],
+    }
+
+
+@pytest.mark.parametrize("command", ["run", "exec", "logs", "logs_follow"])
+def test_cli_escapes_control_sequences_on_a_terminal_and_raw_keeps_them(daemon, sid, command):
+    args = cli_variants(daemon, sid)[command]
+    code, shown = on_pty(args)
+    assert code == 0, shown
+    assert b"\x1b" not in shown and b"\x07" not in shown and b"\x9b" not in shown, shown
+    assert shown == EVIL_SHOWN * 2, shown  # stdout and stderr, each escaped
+    code, raw = on_pty(args[:2] + ["--raw"] + args[2:])
+    assert code == 0 and raw == EVIL_RAW * 2, raw
+    # A pipe gets the exact bytes, with no flag.
+    p = subprocess.run(args, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+    assert (p.returncode, p.stdout, p.stderr) == (0, EVIL_RAW, EVIL_RAW), p
+
+
+def test_cli_escaping_keeps_utf8_text_whole_across_reads(daemon, sid):
+    # Multibyte characters written one byte at a time still arrive as themselves.
+    script = "for b in '\\303' '\\251' '\\342' '\\202' '\\254'; do printf \"$b\"; sleep 0.05; done; printf '\\n'"
+    code, shown = on_pty([CELA, "exec", "--url", f"unix://{daemon.socket}", sid, "--", "sh", "-c", script])
+    assert code == 0 and shown == "é€\n".encode(), shown
