@@ -125,19 +125,7 @@ class TestClient {
 
   // True when the server closes the connection (EOF or reset) within `timeout`;
   // whatever it still sends first is dropped.
-  bool wait_closed(std::chrono::milliseconds timeout) {
-    auto deadline = Clock::now() + timeout;
-    char buf[65536];
-    while (Clock::now() < deadline) {
-      int ms = static_cast<int>(
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-      pollfd p{fd_, POLLIN, 0};
-      if (poll(&p, 1, ms) <= 0) return false;
-      ssize_t n = recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) return true;
-    }
-    return false;
-  }
+  bool wait_closed(std::chrono::milliseconds timeout) { return read_until_closed(timeout).has_value(); }
 
   // Everything the server still sends until it closes (nullopt if it does not within
   // `timeout`), including bytes already received past the last response read.

@@ -294,10 +294,10 @@ TEST_F(OpenApi, ContentTypesAndQueryParametersAreTheOnesHandlersUse) {
   EXPECT_EQ(params("post", "/v1/sessions/{id}/execs/{eid}/stdin"),
             (std::set<std::string>{"id", "eid", "close"}));
   EXPECT_EQ(params("put", "/v1/sessions/{id}/files"),
-            (std::set<std::string>{"id", "path", "mode", "parents"}));
+            (std::set<std::string>{"id", "path", "path_b64", "mode", "parents"}));
   EXPECT_EQ(params("delete", "/v1/sessions/{id}/files"),
-            (std::set<std::string>{"id", "path", "recursive"}));
-  EXPECT_EQ(params("get", "/v1/sessions/{id}/fs"), (std::set<std::string>{"id", "path", "depth"}));
+            (std::set<std::string>{"id", "path", "path_b64", "recursive"}));
+  EXPECT_EQ(params("get", "/v1/sessions/{id}/fs"), (std::set<std::string>{"id", "path", "path_b64", "depth"}));
 
   const json::object& output =
       op("get", "/v1/sessions/{id}/execs/{eid}/output").at("responses").at("200").as_object();
