@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import sandbox_pids, wait_until
+from conftest import CELA, sandbox_pids, wait_until
 from daemon_util import Daemon
 
 LIMITS = {"memory_mb": 256}
@@ -402,7 +402,7 @@ def test_output_retention_deletes_records_and_files(tmp_path):
 # ---- 7. sudo and identity as `cela run` ----------------------------------------------
 
 def base_available():
-    return subprocess.run([os.environ.get("CELA_BIN", "cela"), "template", "show", "base"],
+    return subprocess.run([CELA, "template", "show", "base"],
                           capture_output=True).returncode == 0
 
 
@@ -432,6 +432,15 @@ def test_exec_record_carries_its_pid_inside_the_sandbox(daemon):
     # The shell's own pid ($$) is the exec's main process, as the sandbox numbers it.
     assert rec["pid"] == int(out["stdout"].strip()) and rec["pid"] > 1, (rec, out)
     assert daemon.request("GET", f"/v1/sessions/{sid}/execs/{e['id']}")[1]["pid"] == rec["pid"]
+
+
+def test_exec_record_carries_its_pids_peak(daemon):
+    sid = daemon.session(limits=LIMITS)
+    # The shell, five sleepers at once, and the wait: at least 6 alive together.
+    rec = daemon.run(sid, "for i in 1 2 3 4 5; do sleep 0.3 & done; wait")
+    assert rec["pids_peak"] is not None and rec["pids_peak"] >= 6, rec
+    one = daemon.run(sid, "exec /bin/true")
+    assert one["pids_peak"] == 1, one
 
 
 def test_exec_ended_by_init_death_says_so(daemon):
