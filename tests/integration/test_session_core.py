@@ -5,6 +5,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -194,15 +195,25 @@ def test_kill_9_under_create_load_leaves_no_holder_and_recovers_fast(tmp_path):
                 except OSError:
                     return
 
+        # A session with a running exec: the restart must account for it too.
+        sid = d.session(limits=LIMITS)
+        status, running, _ = d.request("POST", f"/v1/sessions/{sid}/execs", {"cmd": "sleep 60"})
+        assert status == 202, running
+        db = os.path.join(d.state, "cela.db")
         threads = [threading.Thread(target=creator) for _ in range(6)]
         for t in threads:
             t.start()
-        time.sleep(1.0)
+        # While the daemon lives, only the daemon itself holds its database and its
+        # listening socket: no init (before or after its execve) nor exec inherited them.
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            holders = holders_of([db, db + "-wal"]) | listening_socket_holders(d.port)
+            assert holders <= {d.proc.pid}, (holders, d.proc.pid)
+            time.sleep(0.05)
         d.stop(signal.SIGKILL)
         stop.set()
         for t in threads:
             t.join(10)
-        db = os.path.join(d.state, "cela.db")
         # Nothing the daemon started keeps its database or its listening socket open,
         # and its sessions (half-started ones too) die with it.
         assert wait_until(lambda: not holders_of([db, db + "-wal"]), 5), holders_of([db, db + "-wal"])
@@ -216,7 +227,12 @@ def test_kill_9_under_create_load_leaves_no_holder_and_recovers_fast(tmp_path):
         assert page["sessions"], "the load created no session"
         assert all(s["state"] in ("terminated", "failed") for s in page["sessions"]), page
         assert all(s["termination"]["reason"] == "daemon_restart" for s in page["sessions"])
-        assert elapsed < 2.0, elapsed  # start + recovery + first answer
+        assert elapsed < 2.0, elapsed  # process start + recovery + first answer
+        # Recovery itself (every session and exec accounted for) takes under a second.
+        m = re.search(r"closed (\d+) session\(s\) left by the previous daemon .* in (\d+) ms", d.logs())
+        assert m and int(m.group(1)) == len(page["sessions"]) and int(m.group(2)) < 1000, d.logs()[-2000:]
+        rec = d.request("GET", f"/v1/sessions/{sid}/execs/{running['id']}")[1]
+        assert rec["state"] != "running" and rec["ended_at"], rec
     finally:
         d.close()
 
