@@ -223,12 +223,13 @@ json::value exec_schema() {
        {"duration_ms", nullable(integer_schema())},
        {"cpu_ms", nullable(integer_schema())},
        {"peak_memory_bytes", nullable(integer_schema())},
+       {"pids_peak", nullable(integer_schema("most processes alive at once; null where the host does not count it"))},
        {"stdout_bytes", integer_schema()},
        {"stderr_bytes", integer_schema()},
        {"output_truncated", boolean_schema("past the per-stream cap")},
        {"partial", boolean_schema("produced output, then failed")}},
       {"id", "session_id", "cwd", "user", "state", "pid", "exit_code", "signal", "reason", "started_at",
-       "ended_at", "duration_ms", "cpu_ms", "peak_memory_bytes", "stdout_bytes", "stderr_bytes",
+       "ended_at", "duration_ms", "cpu_ms", "peak_memory_bytes", "pids_peak", "stdout_bytes", "stderr_bytes",
        "output_truncated", "partial"},
       "an exec record");
 }

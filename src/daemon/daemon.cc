@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 
@@ -118,11 +119,14 @@ int run(const DaemonOptions& o) {
     say("sessions: " + manager.error().message());
     return 1;
   }
+  auto recover_began = std::chrono::steady_clock::now();
   if (auto n = (*manager)->recover(); !n) {
     say("recover: " + n.error().message());
   } else if (*n > 0) {
-    std::printf("cela: closed %lld session(s) left by the previous daemon (reason daemon_restart)\n",
-                static_cast<long long>(*n));
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - recover_began);
+    std::printf("cela: closed %lld session(s) left by the previous daemon (reason daemon_restart) in %lld ms\n",
+                static_cast<long long>(*n), static_cast<long long>(ms.count()));
+    std::fflush(stdout);
   }
 
   // Stop signals are taken with sigwait below; block them before threads start.

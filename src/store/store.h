@@ -112,9 +112,9 @@ class Store {
   // the session is already final (idempotent DELETE keeps the first record).
   Result<bool> set_terminated(std::string_view session_id, std::string_view state,
                               std::string_view reason, std::string_view message,
-                              const boost::json::value& cleanup);
+                              const std::optional<CleanupReport>& cleanup);
   // Replaces the cleanup report of a session (e.g. once teardown has finished).
-  Result<void> set_cleanup(std::string_view session_id, const boost::json::value& cleanup);
+  Result<void> set_cleanup(std::string_view session_id, const CleanupReport& cleanup);
   Result<void> touch_activity(std::string_view session_id, std::string_view at);
   // Tenant-scoped: another tenant's session is not_found.
   Result<SessionRecord> get_session(std::string_view tenant_id, std::string_view session_id);

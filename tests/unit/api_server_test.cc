@@ -834,13 +834,19 @@ TEST_F(ApiServer, SseClientThatReadsIsNotCutOff) {
   ASSERT_TRUE(c.read_header());
   auto stream = slot->stream.get_future().get();
 
-  // Far more than the buffer limit goes through, because the client keeps up.
+  // Far more than the buffer limit goes through, because the client keeps up. The
+  // producer waits for the queue to drain every few events (as a replay does), so a
+  // loaded host that deschedules the client for a while cannot make this flaky.
   constexpr int kEvents = 256;
   const std::string event(16 * 1024, 'x');
   std::thread producer([&] {
     for (int i = 0; i < kEvents; ++i) {
       if (!stream->send("stdout", std::to_string(i), event)) return;
-      std::this_thread::sleep_for(1ms);
+      if (i % 4 == 3) {
+        auto drained = std::make_shared<std::promise<void>>();
+        stream->on_drained(64 * 1024, [drained] { drained->set_value(); });
+        if (drained->get_future().wait_for(10s) != std::future_status::ready) return;
+      }
     }
     stream->close();
   });

@@ -380,9 +380,8 @@ store::SessionRecord session_record() {
   s.tenant_id = "t-0123456789abcdef";
   s.state = "ready";
   s.template_ref = "base@2026.11.29-2";
-  s.limits = {{"cpus", 1.0},   {"memory_mb", 512},      {"disk_mb", 1024},      {"pids", 256},
-              {"ttl_s", 3600}, {"idle_timeout_s", 600}, {"exec_timeout_s", 300}};
-  s.network = {{"mode", "none"}};
+  s.limits = store::SessionLimits{};
+  s.network = store::NetworkPolicy{};
   s.metadata = {{"user", "u-17"}};
   s.created_at = "2026-11-29T10:05:00.123Z";
   s.ready_at = "2026-11-29T10:05:00.223Z";
@@ -408,11 +407,10 @@ TEST(OpenApiSchemas, SessionsAsRendered) {
   ended.termination_reason = "deleted";
   ended.termination_at = "2026-11-29T10:06:00.000Z";
   ended.termination_message = "deleted through the API";
-  ended.cleanup = json::object{{"processes_killed", 2},
-                               {"cgroup_removed", true},
-                               {"mounts_removed", true},
-                               {"upper_dir_freed", true},
-                               {"secrets_wiped", 0}};
+  store::CleanupReport cleanup;
+  cleanup.processes_killed = 2;
+  cleanup.cgroup_removed = cleanup.mounts_removed = cleanup.upper_dir_freed = true;
+  ended.cleanup = cleanup;
   EXPECT_EQ(check_component(api::render(ended), "DeletedSession"), std::vector<std::string>{});
   json::object list{{"sessions", json::array{api::render(live), api::render(ended)}},
                     {"next_cursor", nullptr}};
