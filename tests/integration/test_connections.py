@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from conftest import CELA, run_owned, wait_until
 from daemon_util import Daemon, UnixConnection
 
 
@@ -139,15 +140,6 @@ def session_inits(daemon):
     return pids
 
 
-def wait_for(predicate, timeout, step=0.02):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(step)
-    return predicate()
-
-
 def refused(answer, status, code):
     return answer is not None and answer[0] == status and answer[1]["error"]["code"] == code
 
@@ -206,7 +198,7 @@ def test_local_root_keeps_its_reserve_when_tcp_is_full(daemon_factory, sockets):
     # 36 TCP connections from several clients fill everything but the reserve.
     for i in range(36):
         connect_from(f"127.0.0.{10 + i % 6}", daemon.port, sockets)
-    assert wait_for(lambda: refused(exchange(connect_from("127.0.0.20", daemon.port, sockets), "GET", "/healthz"),
+    assert wait_until(lambda: refused(exchange(connect_from("127.0.0.20", daemon.port, sockets), "GET", "/healthz"),
                                     503, "capacity_exceeded"), 3)
     # Local root still gets in, and can work: create a session and run code in it.
     root = UnixConnection(daemon.socket, timeout=60)
@@ -308,7 +300,7 @@ def test_a_connection_flood_never_takes_the_descriptors_sessions_need(daemon_fac
     sid = daemon.session()
     # 2000 connections from 80 clients, each within its share: the total is the limit.
     flood = [connect_from(f"127.0.1.{1 + i % 80}", daemon.port, sockets) for i in range(2000)]
-    assert wait_for(lambda: len(open_fds(daemon.proc.pid)) >= limits["total"], 5)
+    assert wait_until(lambda: len(open_fds(daemon.proc.pid)) >= limits["total"], 5)
     over = exchange(connect_from("127.0.2.1", daemon.port, sockets), "GET", "/healthz")
     assert refused(over, 503, "capacity_exceeded"), over
     assert len(flood) == 2000
@@ -367,8 +359,8 @@ def test_at_the_descriptor_limit_answers_are_structured_and_the_daemon_recovers(
     # Descriptors back: the same daemon serves again, without a restart.
     for s in sockets:
         s.close()
-    assert wait_for(lambda: daemon.request("GET", "/healthz")[0] == 200, 5)
-    assert wait_for(lambda: daemon.request("GET", "/healthz", tcp=True)[0] == 200, 5)
+    assert wait_until(lambda: daemon.request("GET", "/healthz")[0] == 200, 5)
+    assert wait_until(lambda: daemon.request("GET", "/healthz", tcp=True)[0] == 200, 5)
     assert daemon.run(sid, "echo back")["stdout"] == "back\n"
     other = daemon.session()
     assert daemon.run(other, "echo new")["stdout"] == "new\n"
@@ -409,3 +401,9 @@ def test_exec_nofile_is_what_the_config_asks_within_the_daemons_limit(daemon_fac
     sid = daemon.session()
     assert daemon.run(sid, "ulimit -n; ulimit -Hn")["stdout"] == "300\n300\n"
     daemon.delete(sid)
+
+
+def test_cela_run_grants_at_most_its_own_hard_limit():
+    low = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (512, 512))
+    p = run_owned([CELA, "run", "--template", "host", "--", "sh", "-c", "ulimit -n; ulimit -Hn"], preexec_fn=low)
+    assert p.returncode == 0 and p.stdout == "512\n512\n", (p.stdout, p.stderr)

@@ -65,12 +65,7 @@ class TestClient {
   static TestClient tcp(std::uint16_t port, int rcvbuf = 0) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << strerror(errno);
-    return TestClient(fd);
+    return connected(fd, port);
   }
   // From a chosen loopback source address (127.0.0.0/8 is all local): another peer.
   static TestClient tcp_from(std::uint16_t port, const char* source) {
@@ -79,6 +74,10 @@ class TestClient {
     local.sin_family = AF_INET;
     inet_pton(AF_INET, source, &local.sin_addr);
     EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local), 0) << strerror(errno);
+    return connected(fd, port);
+  }
+  // Connects the TCP socket `fd` to the server on 127.0.0.1:port.
+  static TestClient connected(int fd, std::uint16_t port) {
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);
@@ -679,12 +678,7 @@ TEST_F(ApiServer, AtTheDescriptorLimitClientsGet503AndAcceptResumes) {
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
   std::vector<TestClient> clients;
   for (int fd : sockets) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port_);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    clients.emplace_back(fd);
+    clients.push_back(TestClient::connected(fd, port_));
     clients.back().send(request_text("POST", "/v1/echo", "{}"));
   }
   std::vector<std::optional<HttpResponse>> answers;
