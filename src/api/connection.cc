@@ -116,9 +116,9 @@ ApiError refusal_error(const ServerCore& core, SlotRefusal refusal) {
                                         std::to_string(limits.per_peer) + ")",
                                     1);
     case SlotRefusal::key:
-      return ApiError::rate_limited("this API key has " + std::to_string(limits.per_key) +
-                                        " requests in flight, its limit",
-                                    1);
+      return ApiError::rate_limited(
+          "this API key has " + std::to_string(limits.per_key) + " requests in flight, its limit",
+          1);
     case SlotRefusal::total:
       break;
   }

@@ -36,7 +36,9 @@ SlotPeer unix_slot_peer(uid_t uid) {
 // ---- leases
 
 ConnectionSlots::Lease::Lease(Lease&& other) noexcept
-    : owner_(std::exchange(other.owner_, nullptr)), kind_(other.kind_), key_(std::move(other.key_)) {}
+    : owner_(std::exchange(other.owner_, nullptr)),
+      kind_(other.kind_),
+      key_(std::move(other.key_)) {}
 
 ConnectionSlots::Lease& ConnectionSlots::Lease::operator=(Lease&& other) noexcept {
   if (this != &other) {
@@ -72,8 +74,9 @@ std::size_t count_of(const std::unordered_map<std::string, std::size_t>& counts,
 std::expected<ConnectionSlots::Lease, SlotRefusal> ConnectionSlots::open_connection(
     const SlotPeer& peer) {
   std::lock_guard lock(mu_);
-  std::size_t open_to_peer =
-      peer.local_root ? limits_.total : limits_.total - std::min(limits_.root_reserve, limits_.total);
+  std::size_t open_to_peer = peer.local_root
+                                 ? limits_.total
+                                 : limits_.total - std::min(limits_.root_reserve, limits_.total);
   if (open_ >= open_to_peer) return std::unexpected(SlotRefusal::total);
   if (peer.local_root) {
     ++open_;
@@ -135,10 +138,10 @@ ConnectionBudget plan_connection_budget(std::uint64_t fd_limit,
   constexpr std::size_t kMaxDefaultTotal = 16384;
   ConnectionBudget b;
   b.fd_limit = fd_limit;
-  b.reserve_fds = request.reserve_fds
-                      ? request.reserve_fds
-                      : std::min(std::max({std::uint64_t{256}, fd_limit / 4, kFdsPerSession * request.sessions}),
-                                 fd_limit / 2);
+  b.reserve_fds = request.reserve_fds ? request.reserve_fds
+                                      : std::min(std::max({std::uint64_t{256}, fd_limit / 4,
+                                                           kFdsPerSession * request.sessions}),
+                                                 fd_limit / 2);
 
   std::uint64_t overhead = b.reserve_fds + kServerBaseFds + kMaxRejecting;
   std::uint64_t fitting = fd_limit > overhead ? (fd_limit - overhead) / kFdsPerConnection : 0;
@@ -156,8 +159,8 @@ ConnectionBudget plan_connection_budget(std::uint64_t fd_limit,
     l.total = std::max(request.total, kMinTotal);
   }
 
-  l.root_reserve = request.root_reserve ? request.root_reserve
-                                        : std::clamp<std::size_t>(l.total / 32, 4, 64);
+  l.root_reserve =
+      request.root_reserve ? request.root_reserve : std::clamp<std::size_t>(l.total / 32, 4, 64);
   if (l.root_reserve >= l.total) {
     std::size_t lowered = l.total / 2;
     b.warnings.push_back("connections.root_reserve " + std::to_string(l.root_reserve) +

@@ -215,7 +215,8 @@ TEST(ConnectionBudget, DefaultsLeaveTheReserveToTheDaemon) {
 
 TEST(ConnectionBudget, ConfiguredValuesAreKeptWhenTheyFit) {
   ConnectionBudget b = plan_connection_budget(
-      20000, {.total = 500, .root_reserve = 20, .per_peer = 50, .per_key = 40, .reserve_fds = 1000});
+      20000,
+      {.total = 500, .root_reserve = 20, .per_peer = 50, .per_key = 40, .reserve_fds = 1000});
   EXPECT_EQ(b.reserve_fds, 1000u);
   EXPECT_EQ(b.limits.total, 500u);
   EXPECT_EQ(b.limits.root_reserve, 20u);
