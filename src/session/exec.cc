@@ -90,6 +90,7 @@ void SessionManager::start_exec(const Caller& caller, const std::string& session
     in.env = spec.env;
     in.allow_sudo = s.allow_sudo;
     in.fsize_bytes = s.limits.disk_mb << 20;
+    in.nofile = config_.exec_nofile;
     auto process = process_spec(s.tmpl.user, in);
     if (!process) return done(std::unexpected(process.error()));
 

@@ -243,6 +243,9 @@ TEST_F(OpenApi, ErrorsUseTheErrorSchemaWithTheirStatus) {
   EXPECT_NE(std::string(responses.at("404").at("description").as_string()).find("not_found"),
             std::string::npos);
   EXPECT_TRUE(responses.at("503").at("headers").as_object().contains("Retry-After"));
+  // Every route may answer 429: connections per client, requests in flight per key.
+  EXPECT_TRUE(responses.at("429").at("headers").as_object().contains("Retry-After"));
+  EXPECT_TRUE(op("get", "/healthz").at("responses").as_object().contains("429"));
   // Public routes need no key, so they never answer 401.
   EXPECT_FALSE(op("get", "/healthz").at("responses").as_object().contains("401"));
   EXPECT_EQ(op("get", "/healthz").at("security"), json::array{});
