@@ -7,14 +7,12 @@
 
 #include "api/server.h"
 #include "session/manager.h"
-#include "store/store.h"
 
 namespace cela::api {
 
 struct RouteContext {
   HttpServer& server;
   session::SessionManager& sessions;
-  store::Store& store;
   std::string default_tenant_id;  // the tenant of local (unix socket, uid 0) callers
 };
 

@@ -46,10 +46,10 @@ ApiResult<void> require_admin_of(const Request& req, std::string_view tenant_id)
 // quotas not given take the config's defaults.
 struct TenantSpec {
   std::string name;
-  store::Quotas quotas;
+  session::Quotas quotas;
 };
 
-Result<TenantSpec> parse_tenant(const json::object& body, store::Quotas defaults) {
+Result<TenantSpec> parse_tenant(const json::object& body, session::Quotas defaults) {
   JsonFields f(body);
   if (auto ok = f.only({"name", "quotas"}); !ok) return std::unexpected(ok.error());
   auto name = f.require_string("name");
@@ -70,7 +70,7 @@ Result<TenantSpec> parse_tenant(const json::object& body, store::Quotas defaults
   if (!m) return std::unexpected(m.error());
   auto c = (*quotas)->number("max_cpus");
   if (!c) return std::unexpected(c.error());
-  store::Quotas& q = spec.quotas;
+  session::Quotas& q = spec.quotas;
   q.max_sessions = s->value_or(q.max_sessions);
   q.max_memory_mb = m->value_or(q.max_memory_mb);
   q.max_cpus = c->value_or(q.max_cpus);
@@ -84,10 +84,10 @@ void create_tenant(RouteContext& ctx, Request& req, Responder& res) {
   auto body = parse_json_object(req.body);
   if (!body) return res.error(body.error());
   const auto& d = ctx.sessions.config().quotas;
-  auto spec = parse_tenant(*body, store::Quotas{d.max_sessions, d.max_memory_mb, d.max_cpus});
+  auto spec = parse_tenant(*body, session::Quotas{d.max_sessions, d.max_memory_mb, d.max_cpus});
   if (!spec) return res.error(spec.error());
   answer_blocking(ctx, res, 201, [&ctx, spec = *spec]() -> ApiResult<json::value> {
-    auto t = ctx.store.create_tenant(spec.name, spec.quotas);
+    auto t = ctx.sessions.tenants().create(spec.name, spec.quotas);
     if (!t) return std::unexpected(from_error(t.error()));
     return json::value(render(*t));
   });
@@ -113,9 +113,9 @@ void create_key(RouteContext& ctx, Request& req, Responder& res) {
     return res.error(ApiError::forbidden("only a host admin key can issue a host admin key"));
   answer_blocking(ctx, res, 201,
                   [&ctx, t, admin = admin->value_or(false) || host, host]() -> ApiResult<json::value> {
-                    if (auto tenant = ctx.store.get_tenant(t); !tenant)
+                    if (auto tenant = ctx.sessions.tenants().get(t); !tenant)
                       return std::unexpected(ApiError::not_found("no tenant " + t));
-                    auto key = ctx.store.create_key(t, admin, host);
+                    auto key = ctx.sessions.tenants().create_key(t, admin, host);
                     if (!key) return std::unexpected(from_error(key.error()));
                     // The only time the key is ever shown: it is stored hashed.
                     return json::value(json::object{{"id", key->id},
@@ -129,7 +129,7 @@ void create_key(RouteContext& ctx, Request& req, Responder& res) {
 void list_tenants(RouteContext& ctx, Request& req, Responder& res) {
   if (auto ok = require_admin(req); !ok) return res.error(ok.error());
   answer_blocking(ctx, res, 200, [&ctx, principal = *req.principal]() -> ApiResult<json::value> {
-    auto tenants = ctx.store.list_tenants();
+    auto tenants = ctx.sessions.tenants().list();
     if (!tenants) return std::unexpected(from_error(tenants.error()));
     json::array out;
     for (const auto& t : *tenants)
@@ -142,7 +142,7 @@ void get_tenant(RouteContext& ctx, Request& req, Responder& res) {
   std::string t(req.param("t"));
   if (auto ok = require_admin_of(req, t); !ok) return res.error(ok.error());
   answer_blocking(ctx, res, 200, [&ctx, t]() -> ApiResult<json::value> {
-    auto tenant = ctx.store.get_tenant(t);
+    auto tenant = ctx.sessions.tenants().get(t);
     if (!tenant) return std::unexpected(from_error(tenant.error()));
     return json::value(render(*tenant));
   });

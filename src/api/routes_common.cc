@@ -47,7 +47,7 @@ Authenticator make_authenticator(RouteContext& ctx) {
     }
     auto token = bearer_token(request);
     if (!token) return std::unexpected(ApiError::unauthorized());
-    auto key = ctx.store.authenticate(*token);
+    auto key = ctx.sessions.tenants().authenticate(*token);
     if (!key) return std::unexpected(ApiError::internal(key.error().message()));
     if (!*key) return std::unexpected(ApiError::unauthorized());
     return Principal{(*key)->tenant_id, (*key)->admin || (*key)->host_admin, (*key)->id, (*key)->host_admin};

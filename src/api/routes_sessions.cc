@@ -127,11 +127,11 @@ void add_session_routes(RouteContext& ctx) {
   });
 
   r.add(verb::get, "/v1/sessions", docs::list_sessions, [&](Request& req, Responder& res) {
-    store::SessionFilter filter;
+    session::SessionFilter filter;
     if (auto s = req.query_value("state")) filter.state = std::string(*s);
     for (auto& [k, v] : req.query)
       if (k.starts_with("metadata.")) filter.metadata[k.substr(9)] = v;
-    store::PageRequest page;
+    session::PageRequest page;
     if (auto l = req.query_value("limit")) {
       auto [p, ec] = std::from_chars(l->data(), l->data() + l->size(), page.limit);
       if (ec != std::errc() || p != l->data() + l->size() || page.limit < 1 || page.limit > 1000)

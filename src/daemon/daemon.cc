@@ -159,7 +159,7 @@ int run(const DaemonOptions& o) {
   ::signal(SIGPIPE, SIG_IGN);
 
   api::HttpServer server(server_config);
-  api::RouteContext ctx{server, **manager, **store, default_tenant};
+  api::RouteContext ctx{server, **manager, default_tenant};
   server.set_authenticator(api::make_authenticator(ctx));
   api::add_api_routes(ctx);
   if (auto r = server.start(); !r) {
