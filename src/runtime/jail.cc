@@ -11,6 +11,7 @@
 #include <map>
 
 #include "jail/cgroup.h"
+#include "jail/file_writer.h"
 #include "jail/sandbox.h"
 #include "jail/seccomp.h"
 #include "jail/userns.h"
@@ -177,6 +178,19 @@ class JailExec final : public Exec {
   void kill_alive() { *alive_ = false; }
 };
 
+class JailWriterLauncher final : public WriterLauncher {
+ public:
+  explicit JailWriterLauncher(jail::CgroupEntry entry) : entry_(std::move(entry)) {}
+  Result<FileWriter> start(UniqueFd dest, uint32_t uid, uint32_t gid) override {
+    auto w = jail::spawn_file_writer(entry_, std::move(dest), uid, gid);
+    if (!w) return std::unexpected(w.error());
+    return FileWriter{std::move(w->input), std::move(w->pidfd)};
+  }
+
+ private:
+  jail::CgroupEntry entry_;
+};
+
 class JailInstance final : public Instance {
  public:
   JailInstance(std::unique_ptr<jail::Sandbox> sandbox, jail::UidSlot slot)
@@ -227,6 +241,12 @@ class JailInstance final : public Instance {
     UniqueFd fd(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!fd) return sys_fail("open " + root);
     return fd;
+  }
+  Result<std::unique_ptr<WriterLauncher>> writer_launcher() const override {
+    if (destroyed_) return fail(ErrorCode::gone, "the sandbox has ended");
+    auto entry = jail::cgroup_entry(sandbox_->cgroup());
+    if (!entry) return std::unexpected(entry.error());
+    return std::unique_ptr<WriterLauncher>(new JailWriterLauncher(std::move(*entry)));
   }
   pid_t host_pid() const override { return sandbox_->init_pid(); }
   Result<UniqueFd> open_writable_layer() const override {
@@ -376,6 +396,8 @@ class JailBackend final : public Backend {
 };
 
 }  // namespace
+
+Result<void> reap_file_writer(int pidfd) { return jail::reap_file_writer(pidfd); }
 
 agent::ExecRequest to_exec_request(const ProcessSpec& spec) {
   agent::ExecRequest req;

@@ -45,6 +45,7 @@
 #include "session/output.h"
 #include "session/session_fs.h"
 #include "session/types.h"
+#include "session/upload.h"
 #include "store/store.h"
 
 namespace cela::session {
@@ -103,6 +104,13 @@ class SessionManager {
 
   // A path-safe view of the session's filesystem (files API).
   Result<std::shared_ptr<SessionFs>> files(const Caller& caller, const std::string& session_id);
+  // A streamed upload of `path` (session/upload.h): the temp file is created and the
+  // writer started in the session's cgroups. declared_bytes (Content-Length): limit when
+  // it is over max_upload_bytes or what the session has free (disk, memory headroom), so
+  // the body need not be read. Waits for the reactor only.
+  Result<std::unique_ptr<Upload>> open_upload(const Caller& caller, const std::string& session_id,
+                                              const std::string& path, const WriteOptions& options,
+                                              std::optional<uint64_t> declared_bytes);
 
   int64_t live_sessions() const { return live_count_.load(); }
   // True when no create could be admitted now (readyz).
@@ -137,6 +145,16 @@ class SessionManager {
   void maybe_finish(ExecState& e);
   void retry_unrecorded();
   void arm_retention();
+
+  // What the files API needs of a live session, taken on the reactor.
+  struct FsView {
+    UniqueFd root;
+    uint32_t uid = 0, gid = 0;
+    uint64_t memory_limit = 0, memory_current = 0;  // uploads only
+    std::unique_ptr<runtime::WriterLauncher> writers;  // uploads only
+  };
+  Result<FsView> fs_view(const Caller& caller, const std::string& session_id, bool for_upload);
+  FsLimits fs_limits() const;
 
   DaemonConfig config_;
   store::Store& store_;

@@ -116,6 +116,12 @@ class FileUpload {
 
   // limit (and the temp file removed) once the total passes max_file_bytes.
   Result<void> append(std::string_view chunk);
+  // Hands the temp file's fd (write-only) to another writer, a process charged to the
+  // session (session/upload.h). From then on append() only counts and hashes what that
+  // writer is given; commit() and dropping work as before.
+  Result<UniqueFd> hand_over();
+  // The path as requested.
+  std::string_view path() const;
   // Atomically replaces the target (rename(2): a symlink there is replaced, not followed;
   // a directory there is invalid_argument). Call once.
   Result<WriteResult> commit();

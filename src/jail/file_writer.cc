@@ -1,0 +1,164 @@
+#include "jail/file_writer.h"
+
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <linux/sched.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+namespace cela::jail {
+namespace {
+
+// Exit codes of a writer that failed before its copy loop (a write error exits with
+// its errno, always below these).
+constexpr int kExitJoin = 200;      // a cgroup join failed
+constexpr int kExitSetup = 201;     // descriptors, ids or prctl
+constexpr int kExitSeccomp = 202;   // strict mode refused
+constexpr int kExitReadPipe = 203;  // reading its stdin failed
+
+[[noreturn]] void leave(int code) {
+  // exit(2), not exit_group: strict mode allows only the former (one thread anyway).
+  ::syscall(SYS_exit, code);
+  __builtin_unreachable();
+}
+
+// The child, from clone3 to exit. Raw syscalls only (see file_writer.h).
+[[noreturn]] void run_writer(const std::vector<int>& tasks, int in, int out, uid_t uid, gid_t gid) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  for (int fd : tasks)
+    if (::write(fd, "0", 1) != 1) leave(kExitJoin);
+  // Before the ids change: /proc/self of a non-dumpable process is root's.
+  int oom = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (oom < 0 || ::write(oom, "1000", 4) != 4) leave(kExitSetup);
+  if (::dup2(in, 0) != 0 || ::dup2(out, 1) != 1) leave(kExitSetup);
+  if (::syscall(SYS_close_range, 2, ~0U, 0) != 0) leave(kExitSetup);
+  if (::syscall(SYS_setgroups, 0, nullptr) != 0 || ::syscall(SYS_setresgid, gid, gid, gid) != 0 ||
+      ::syscall(SYS_setresuid, uid, uid, uid) != 0)
+    leave(kExitSetup);
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 || ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+    leave(kExitSetup);
+  if (::prctl(PR_SET_SECCOMP, SECCOMP_MODE_STRICT, 0, 0, 0) != 0) leave(kExitSeccomp);
+  // A copy of the cloning thread's stack: its pages are faulted in (and charged) here.
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(0, buf, sizeof buf);
+    if (n == 0) leave(0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      leave(kExitReadPipe);
+    }
+    for (ssize_t done = 0; done < n;) {
+      ssize_t w = ::write(1, buf + done, static_cast<size_t>(n - done));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        leave(errno > 0 && errno < kExitJoin ? errno : EIO);
+      }
+      done += w;
+    }
+  }
+}
+
+// Keeps an fd off 0-2, where the child's dup2 targets are.
+Result<UniqueFd> above_stdio(UniqueFd fd, std::string_view what) {
+  if (fd.get() > 2) return fd;
+  UniqueFd moved(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 3));
+  if (!moved) return sys_fail(std::string("dup ") + std::string(what));
+  return moved;
+}
+
+}  // namespace
+
+Result<CgroupEntry> cgroup_entry(const Cgroup& cgroup) {
+  CgroupEntry entry;
+  if (cgroup.cgroup2_fd() >= 0) {
+    entry.cgroup2.reset(::fcntl(cgroup.cgroup2_fd(), F_DUPFD_CLOEXEC, 3));
+    if (!entry.cgroup2) return sys_fail("dup cgroup2 fd of " + cgroup.name());
+  }
+  auto tasks = cgroup.open_self_attach(false);
+  if (!tasks) return std::unexpected(tasks.error());
+  entry.tasks = std::move(*tasks);
+  return entry;
+}
+
+Result<FileWriterProcess> spawn_file_writer(const CgroupEntry& entry, UniqueFd dest, uid_t uid,
+                                            gid_t gid) {
+  if (uid == 0 || gid == 0) return fail(ErrorCode::internal, "a file writer never runs as root");
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return sys_fail("pipe for a file writer");
+  UniqueFd read_end(p[0]), write_end(p[1]);
+  auto in = above_stdio(std::move(read_end), "writer pipe");
+  if (!in) return std::unexpected(in.error());
+  auto out = above_stdio(std::move(dest), "writer file");
+  if (!out) return std::unexpected(out.error());
+  std::vector<int> tasks;
+  for (const auto& fd : entry.tasks) tasks.push_back(fd.get());
+
+  int pidfd = -1;
+  clone_args args{};
+  args.flags = CLONE_PIDFD;
+  args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
+  args.exit_signal = SIGCHLD;
+  if (entry.cgroup2) {
+    args.flags |= CLONE_INTO_CGROUP;
+    args.cgroup = static_cast<uint64_t>(entry.cgroup2.get());
+  }
+  pid_t pid = static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
+  if (pid < 0) {
+    // EAGAIN: the sandbox's pids limit (cgroup2) leaves no room for the writer.
+    if (errno == EAGAIN) return fail(ErrorCode::limit, "the session is at its process limit", EAGAIN);
+    return sys_fail("clone3 file writer");
+  }
+  if (pid == 0) run_writer(tasks, in->get(), out->get(), uid, gid);
+  FileWriterProcess w;
+  w.pid = pid;
+  w.pidfd.reset(pidfd);
+  w.input = std::move(write_end);
+  return w;
+}
+
+Result<void> file_writer_outcome(int status) {
+  if (WIFSIGNALED(status)) {
+    return fail(ErrorCode::limit,
+                "the write was stopped: the session's memory limit was reached (or the session "
+                "ended)");
+  }
+  int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code == 0) return {};
+  switch (code) {
+    case ENOSPC:
+    case EDQUOT:
+      return fail(ErrorCode::limit, "the session's disk is full", code);
+    case ENOMEM:
+      return fail(ErrorCode::limit, "the session's memory limit was reached", code);
+    case EFBIG:
+      return fail(ErrorCode::limit, "file too large for the session", code);
+    case kExitJoin:
+      return fail(ErrorCode::gone, "the session's cgroup is gone");
+    case kExitSetup:
+    case kExitSeccomp:
+    case kExitReadPipe:
+      return fail(ErrorCode::internal, "file writer setup failed (exit " + std::to_string(code) + ")");
+    default:
+      if (code > 0 && code < kExitJoin) return fail(ErrorCode::system, "write", code);
+      return fail(ErrorCode::internal, "file writer ended with status " + std::to_string(status));
+  }
+}
+
+Result<void> reap_file_writer(int pidfd) {
+  siginfo_t info{};
+  while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED) != 0) {
+    if (errno != EINTR) return sys_fail("wait for the file writer");
+  }
+  int status = info.si_code == CLD_EXITED ? (info.si_status & 0xff) << 8 : (info.si_status & 0x7f);
+  return file_writer_outcome(status);
+}
+
+}  // namespace cela::jail
