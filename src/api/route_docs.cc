@@ -226,6 +226,11 @@ const RouteDoc write_file{
     .operation_id = "writeFile",
     .tag = "files",
     .summary = "Upload a file (the raw body), owned by the sandbox's user",
+    .description =
+        "The body is streamed into the session and charged to it (its disk and memory "
+        "limits apply). A Content-Length over the upload limit or over what the session has "
+        "free is answered 413 before the body is read (without 100 Continue when the client "
+        "sent Expect: 100-continue). A write that runs out of room is 413 and leaves no file.",
     .params = {session_id(), file_path("the file to write"),
                query_param("mode", string_schema("octal, e.g. 0644 (at most 07777)"),
                            "permission bits"),

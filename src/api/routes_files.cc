@@ -1,4 +1,8 @@
 // Files (API.md "Files"): every path resolves inside the session root (SessionFs).
+#include <fcntl.h>
+
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/json.hpp>
 #include <charconv>
 
@@ -9,6 +13,7 @@
 
 namespace cela::api {
 namespace json = boost::json;
+namespace asio = boost::asio;
 using http::verb;
 
 namespace {
@@ -42,6 +47,81 @@ void fail_with(Responder& res, const Error& e, const std::string& session_id = {
   res.error(session_id.empty() ? a : a.with_session(session_id));
 }
 
+// PUT …/files: the body streams into the session's writer process (session/upload.h),
+// one chunk in flight, so the daemon never holds the file and never owns its pages.
+class UploadSink final : public BodySink, public std::enable_shared_from_this<UploadSink> {
+ public:
+  UploadSink(HttpServer& server, std::unique_ptr<session::Upload> upload, std::shared_ptr<Responder> out,
+             std::string session_id)
+      : server_(server), upload_(std::move(upload)), out_(std::move(out)), session_id_(std::move(session_id)) {}
+
+  void begin(const asio::any_io_executor& executor) override {
+    input_.emplace(executor, upload_->take_input().release());
+    exited_.emplace(executor, ::fcntl(upload_->writer_pidfd(), F_DUPFD_CLOEXEC, 3));
+  }
+
+  void write(std::string_view chunk, std::function<void(bool)> next) override {
+    if (auto r = upload_->passed(chunk); !r) {
+      fail_with(*out_, r.error(), session_id_);
+      drop();
+      return next(false);
+    }
+    asio::async_write(*input_, asio::buffer(chunk),
+                      [self = shared_from_this(), next = std::move(next)](boost::system::error_code ec, size_t) {
+                        if (!self->upload_) return next(false);  // dropped meanwhile
+                        if (!ec) return next(true);
+                        // The writer is gone (disk or memory full): its exit says why.
+                        self->complete();
+                        next(false);
+                      });
+  }
+
+  void finish() override { complete(); }
+
+  void abort(const ApiError& why) override {
+    out_->error(why.with_session(session_id_));
+    drop();
+  }
+
+ private:
+  // End of input: once the writer has exited, the upload is committed or discarded (on
+  // the blocking pool: a rename in the session's filesystem).
+  void complete() {
+    if (!upload_ || !exited_) return;
+    input_.reset();
+    exited_->async_wait(asio::posix::stream_descriptor::wait_read, [self = shared_from_this()](boost::system::error_code) {
+      self->server_.post_blocking([self] {
+        auto w = self->upload_->finish();
+        self->upload_.reset();
+        if (!w) return fail_with(*self->out_, w.error(), self->session_id_);
+        self->out_->json(201, json::object{{"path", w->path}, {"size", w->size}, {"sha256", w->sha256}});
+      });
+    });
+  }
+
+  // Kills the writer and removes the temp file, off the strand.
+  void drop() {
+    input_.reset();
+    exited_.reset();
+    server_.post_blocking([upload = std::shared_ptr<session::Upload>(std::move(upload_))] {});
+  }
+
+  HttpServer& server_;
+  std::unique_ptr<session::Upload> upload_;
+  std::shared_ptr<Responder> out_;
+  std::string session_id_;
+  std::optional<asio::posix::stream_descriptor> input_, exited_;
+};
+
+std::optional<uint64_t> content_length(const Request& req) {
+  auto v = req.header("Content-Length");
+  if (!v) return std::nullopt;
+  uint64_t n = 0;
+  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+  if (ec != std::errc() || p != v->data() + v->size()) return std::nullopt;
+  return n;
+}
+
 }  // namespace
 
 void add_file_routes(RouteContext& ctx) {
@@ -62,12 +142,16 @@ void add_file_routes(RouteContext& ctx) {
     auto parents = req.query_flag("parents");
     if (!parents) return res.error(parents.error());
     options.make_parents = *parents;
-    with_fs(ctx, res, req, [path = *path, options, body = std::move(req.body)](session::SessionFs& fs, Responder& out) {
-      auto w = fs.write_file(path, body, options);
-      if (!w) return fail_with(out, w.error());
-      out.json(201, json::object{{"path", w->path}, {"size", w->size}, {"sha256", w->sha256}});
+    // Opening the upload waits for the reactor, so it runs on the blocking pool; the
+    // body is read only once the session said the declared size fits.
+    ctx.server.post_blocking([&ctx, responder = res.shared_from_this(), caller = caller_of(req),
+                              id = std::string(req.param("id")), path = *path, options,
+                              declared = content_length(req)] {
+      auto up = ctx.sessions.open_upload(caller, id, path, options, declared);
+      if (!up) return fail_with(*responder, up.error(), id);
+      responder->accept_body(std::make_shared<UploadSink>(ctx.server, std::move(*up), responder, id));
     });
-  }, upload);
+  }, RouteOptions(upload).stream_body());
 
   r.add(verb::get, "/v1/sessions/{id}/files", docs::read_file, [&ctx](Request& req, Responder& res) {
     auto path = path_param(req);
