@@ -324,7 +324,9 @@ const RouteDoc import_archive{
     .operation_id = "importArchive",
     .tag = "files",
     .summary = "Extract a tar (the raw body) into a directory",
-    .description = "Absolute paths, .., device nodes and links that point out are refused.",
+    .description = "Absolute paths, .., device nodes and links that point out are refused. "
+                   "The tar is streamed and extracted inside the session's accounting: a "
+                   "Content-Length or an entry larger than the session has free is 413.",
     .params = {session_id(), file_path("the directory to extract into")},
     .body = {raw_body("application/x-tar", "a tar archive")},
     .responses = {json_response(200, "extracted", ref("ArchiveImported"))},

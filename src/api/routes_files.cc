@@ -47,30 +47,38 @@ void fail_with(Responder& res, const Error& e, const std::string& session_id = {
   res.error(session_id.empty() ? a : a.with_session(session_id));
 }
 
-// PUT …/files: the body streams into the session's writer process (session/upload.h),
-// one chunk in flight, so the daemon never holds the file and never owns its pages.
-class UploadSink final : public BodySink, public std::enable_shared_from_this<UploadSink> {
+// PUT …/files and …/archive: the body streams into a process in the session (a file
+// writer or the archive import helper, session/upload.h), one chunk in flight, so the
+// daemon never holds the body and never owns the pages it becomes. `Intake` is
+// session::Upload or session::ArchiveImport; `render` turns its result into the answer.
+template <class Intake, class Render>
+class IntakeSink final : public BodySink, public std::enable_shared_from_this<IntakeSink<Intake, Render>> {
  public:
-  UploadSink(HttpServer& server, std::unique_ptr<session::Upload> upload, std::shared_ptr<Responder> out,
-             std::string session_id)
-      : server_(server), upload_(std::move(upload)), out_(std::move(out)), session_id_(std::move(session_id)) {}
+  IntakeSink(HttpServer& server, std::unique_ptr<Intake> intake, std::shared_ptr<Responder> out,
+             std::string session_id, Render render)
+      : server_(server),
+        intake_(std::move(intake)),
+        out_(std::move(out)),
+        session_id_(std::move(session_id)),
+        render_(std::move(render)) {}
 
   void begin(const asio::any_io_executor& executor) override {
-    input_.emplace(executor, upload_->take_input().release());
-    exited_.emplace(executor, ::fcntl(upload_->writer_pidfd(), F_DUPFD_CLOEXEC, 3));
+    input_.emplace(executor, intake_->take_input().release());
+    exited_.emplace(executor, ::fcntl(intake_->writer_pidfd(), F_DUPFD_CLOEXEC, 3));
   }
 
   void write(std::string_view chunk, std::function<void(bool)> next) override {
-    if (auto r = upload_->passed(chunk); !r) {
+    if (auto r = intake_->passed(chunk); !r) {
       fail_with(*out_, r.error(), session_id_);
       drop();
       return next(false);
     }
     asio::async_write(*input_, asio::buffer(chunk),
-                      [self = shared_from_this(), next = std::move(next)](boost::system::error_code ec, size_t) {
-                        if (!self->upload_) return next(false);  // dropped meanwhile
+                      [self = this->shared_from_this(), next = std::move(next)](boost::system::error_code ec, size_t) {
+                        if (!self->intake_) return next(false);  // dropped meanwhile
                         if (!ec) return next(true);
-                        // The writer is gone (disk or memory full): its exit says why.
+                        // The process is gone (disk or memory full, a refused entry): its
+                        // exit says why.
                         self->complete();
                         next(false);
                       });
@@ -84,34 +92,45 @@ class UploadSink final : public BodySink, public std::enable_shared_from_this<Up
   }
 
  private:
-  // End of input: once the writer has exited, the upload is committed or discarded (on
-  // the blocking pool: a rename in the session's filesystem).
+  // End of input: once the process has exited, its result (a rename for a file) is
+  // taken on the blocking pool.
   void complete() {
-    if (!upload_ || !exited_) return;
+    if (!intake_ || !exited_) return;
     input_.reset();
-    exited_->async_wait(asio::posix::stream_descriptor::wait_read, [self = shared_from_this()](boost::system::error_code) {
-      self->server_.post_blocking([self] {
-        auto w = self->upload_->finish();
-        self->upload_.reset();
-        if (!w) return fail_with(*self->out_, w.error(), self->session_id_);
-        self->out_->json(201, json::object{{"path", w->path}, {"size", w->size}, {"sha256", w->sha256}});
-      });
-    });
+    exited_->async_wait(asio::posix::stream_descriptor::wait_read,
+                        [self = this->shared_from_this()](boost::system::error_code) {
+                          self->server_.post_blocking([self] {
+                            auto r = self->intake_->finish();
+                            self->intake_.reset();
+                            if (!r) return fail_with(*self->out_, r.error(), self->session_id_);
+                            auto [status, body] = self->render_(*r);
+                            self->out_->json(status, body);
+                          });
+                        });
   }
 
-  // Kills the writer and removes the temp file, off the strand.
+  // Kills the process (and removes an upload's temp file), off the strand.
   void drop() {
     input_.reset();
     exited_.reset();
-    server_.post_blocking([upload = std::shared_ptr<session::Upload>(std::move(upload_))] {});
+    server_.post_blocking([intake = std::shared_ptr<Intake>(std::move(intake_))] {});
   }
 
   HttpServer& server_;
-  std::unique_ptr<session::Upload> upload_;
+  std::unique_ptr<Intake> intake_;
   std::shared_ptr<Responder> out_;
   std::string session_id_;
+  Render render_;
   std::optional<asio::posix::stream_descriptor> input_, exited_;
 };
+
+template <class Intake, class Render>
+void accept_into(HttpServer& server, Responder& out, std::unique_ptr<Intake> intake, std::string session_id,
+                 Render render) {
+  auto responder = out.shared_from_this();
+  responder->accept_body(std::make_shared<IntakeSink<Intake, Render>>(server, std::move(intake), responder,
+                                                                      std::move(session_id), std::move(render)));
+}
 
 std::optional<uint64_t> content_length(const Request& req) {
   auto v = req.header("Content-Length");
@@ -149,7 +168,9 @@ void add_file_routes(RouteContext& ctx) {
                               declared = content_length(req)] {
       auto up = ctx.sessions.open_upload(caller, id, path, options, declared);
       if (!up) return fail_with(*responder, up.error(), id);
-      responder->accept_body(std::make_shared<UploadSink>(ctx.server, std::move(*up), responder, id));
+      accept_into(ctx.server, *responder, std::move(*up), id, [](const session::WriteResult& w) {
+        return std::pair(201, json::value(json::object{{"path", w.path}, {"size", w.size}, {"sha256", w.sha256}}));
+      });
     });
   }, RouteOptions(upload).stream_body());
 
@@ -258,17 +279,15 @@ void add_file_routes(RouteContext& ctx) {
   r.add(verb::put, "/v1/sessions/{id}/archive", docs::import_archive, [&ctx](Request& req, Responder& res) {
     auto path = path_param(req);
     if (!path) return res.error(path.error());
-    with_fs(ctx, res, req, [path = *path, body = std::move(req.body)](session::SessionFs& fs, Responder& out) {
-      bool given = false;
-      auto n = fs.import_tar(path, [&]() -> Result<std::string_view> {
-        if (given) return std::string_view();
-        given = true;
-        return std::string_view(body);
+    ctx.server.post_blocking([&ctx, responder = res.shared_from_this(), caller = caller_of(req),
+                              id = std::string(req.param("id")), path = *path, declared = content_length(req)] {
+      auto import = ctx.sessions.open_import(caller, id, path, declared);
+      if (!import) return fail_with(*responder, import.error(), id);
+      accept_into(ctx.server, *responder, std::move(*import), id, [path](uint64_t entries) {
+        return std::pair(200, json::value(json::object{{"path", path}, {"entries", entries}}));
       });
-      if (!n) return fail_with(out, n.error());
-      out.json(200, json::object{{"path", path}, {"entries", *n}});
     });
-  }, upload);
+  }, RouteOptions(upload).stream_body());
 }
 
 }  // namespace cela::api

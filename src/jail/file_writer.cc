@@ -1,6 +1,8 @@
 #include "jail/file_writer.h"
 
 #include <fcntl.h>
+#include <linux/capability.h>
+#include <sched.h>
 #include <linux/close_range.h>
 #include <linux/sched.h>
 #include <linux/seccomp.h>
@@ -152,13 +154,102 @@ Result<void> file_writer_outcome(int status) {
   }
 }
 
-Result<void> reap_file_writer(int pidfd) {
+Result<int> reap_pidfd(int pidfd) {
   siginfo_t info{};
   while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED) != 0) {
-    if (errno != EINTR) return sys_fail("wait for the file writer");
+    if (errno != EINTR) return sys_fail("wait for a helper process");
   }
-  int status = info.si_code == CLD_EXITED ? (info.si_status & 0xff) << 8 : (info.si_status & 0x7f);
-  return file_writer_outcome(status);
+  return info.si_code == CLD_EXITED ? (info.si_status & 0xff) << 8 : (info.si_status & 0x7f);
+}
+
+Result<void> reap_file_writer(int pidfd) {
+  auto status = reap_pidfd(pidfd);
+  if (!status) return std::unexpected(status.error());
+  return file_writer_outcome(*status);
+}
+
+namespace {
+
+// The capabilities a helper keeps (in the sandbox's user namespace only).
+constexpr int kHelperCaps[] = {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER};
+
+[[noreturn]] void run_helper(const std::vector<int>& tasks, int userns, int in, int out, int fd3, char** argv) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  for (int fd : tasks)
+    if (::write(fd, "0", 1) != 1) ::_exit(kExitJoin);
+  int oom = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (oom < 0 || ::write(oom, "1000", 4) != 4) ::_exit(kExitSetup);
+  // Root of the sandbox's user namespace: capabilities over what the sandbox owns only.
+  if (::setns(userns, CLONE_NEWUSER) != 0) ::_exit(kExitSetup);
+  if (::syscall(SYS_setgroups, 0, nullptr) != 0 || ::syscall(SYS_setresgid, 0, 0, 0) != 0 ||
+      ::syscall(SYS_setresuid, 0, 0, 0) != 0)
+    ::_exit(kExitSetup);
+  for (int cap = 0; cap <= 63; ++cap) {
+    bool keep = false;
+    for (int k : kHelperCaps) keep = keep || k == cap;
+    if (!keep && ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) ::_exit(kExitSetup);
+  }
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ::_exit(kExitSetup);
+  if (::dup2(in, 0) != 0 || ::dup2(out, 1) != 1 || ::dup2(fd3, 3) != 3) ::_exit(kExitSetup);
+  int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (null < 0 || ::dup2(null, 2) != 2) ::_exit(kExitSetup);
+  if (::syscall(SYS_close_range, 4, ~0U, 0) != 0) ::_exit(kExitSetup);
+  char* envp[] = {nullptr};
+  ::execve("/proc/self/exe", argv, envp);
+  ::_exit(kExitSetup);
+}
+
+// Keeps an fd above 3, where the helper's dup2 targets are.
+Result<UniqueFd> above_three(UniqueFd fd, std::string_view what) {
+  if (fd.get() > 3) return fd;
+  UniqueFd moved(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 4));
+  if (!moved) return sys_fail(std::string("dup ") + std::string(what));
+  return moved;
+}
+
+}  // namespace
+
+Result<HelperProcess> spawn_helper(const CgroupEntry& entry, int userns_fd, const std::vector<std::string>& args,
+                                   UniqueFd fd3) {
+  int p[2], q[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return sys_fail("pipe for a helper");
+  UniqueFd in_r(p[0]), in_w(p[1]);
+  if (::pipe2(q, O_CLOEXEC) != 0) return sys_fail("pipe for a helper");
+  UniqueFd out_r(q[0]), out_w(q[1]);
+  auto in = above_three(std::move(in_r), "helper stdin");
+  auto out = in ? above_three(std::move(out_w), "helper stdout") : Result<UniqueFd>(std::unexpected(in.error()));
+  auto third = out ? above_three(std::move(fd3), "helper fd 3") : Result<UniqueFd>(std::unexpected(out.error()));
+  if (!third) return std::unexpected(third.error());
+  std::vector<int> tasks;
+  for (const auto& fd : entry.tasks) tasks.push_back(fd.get());
+  // argv is built before clone3: the child may not allocate.
+  std::vector<std::string> full{"cela"};
+  full.insert(full.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : full) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  int pidfd = -1;
+  clone_args ca{};
+  ca.flags = CLONE_PIDFD;
+  ca.pidfd = reinterpret_cast<uint64_t>(&pidfd);
+  ca.exit_signal = SIGCHLD;
+  if (entry.cgroup2) {
+    ca.flags |= CLONE_INTO_CGROUP;
+    ca.cgroup = static_cast<uint64_t>(entry.cgroup2.get());
+  }
+  pid_t pid = static_cast<pid_t>(::syscall(SYS_clone3, &ca, sizeof ca));
+  if (pid < 0) {
+    if (errno == EAGAIN) return fail(ErrorCode::limit, "the session is at its process limit", EAGAIN);
+    return sys_fail("clone3 helper");
+  }
+  if (pid == 0) run_helper(tasks, userns_fd, in->get(), out->get(), third->get(), argv.data());
+  HelperProcess h;
+  h.pid = pid;
+  h.pidfd.reset(pidfd);
+  h.input = std::move(in_w);
+  h.output = std::move(out_r);
+  return h;
 }
 
 }  // namespace cela::jail

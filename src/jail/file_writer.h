@@ -25,6 +25,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "common/error.h"
@@ -51,6 +52,25 @@ struct FileWriterProcess {
 // uid/gid (host ids, not 0).
 Result<FileWriterProcess> spawn_file_writer(const CgroupEntry& entry, UniqueFd dest, uid_t uid,
                                             gid_t gid);
+
+// A helper: `cela <args...>` re-executed as the sandbox's root inside the sandbox's user
+// namespace, in its cgroups (the archive import, which must create directories, links
+// and files owned by the sandbox's users). Capabilities: only CAP_CHOWN,
+// CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH and CAP_FOWNER, and those only in the sandbox's
+// user namespace (over the sandbox's files, never a host file); no_new_privs;
+// oom_score_adj 1000. Its descriptors: 0 the input pipe, 1 the output pipe, 3 `fd3`,
+// nothing else.
+struct HelperProcess {
+  pid_t pid = -1;
+  UniqueFd pidfd;
+  UniqueFd input;   // the write end of its stdin
+  UniqueFd output;  // the read end of its stdout
+};
+Result<HelperProcess> spawn_helper(const CgroupEntry& entry, int userns_fd, const std::vector<std::string>& args,
+                                   UniqueFd fd3);
+
+// The wait status of an exited child (call once its pidfd is readable).
+Result<int> reap_pidfd(int pidfd);
 
 // Reaps an exited writer (call once its pidfd is readable) and says how it ended:
 // ok, the errno of its failed write (code from the errno: limit for ENOSPC/EFBIG), or

@@ -180,15 +180,21 @@ class JailExec final : public Exec {
 
 class JailWriterLauncher final : public WriterLauncher {
  public:
-  explicit JailWriterLauncher(jail::CgroupEntry entry) : entry_(std::move(entry)) {}
+  JailWriterLauncher(jail::CgroupEntry entry, UniqueFd userns) : entry_(std::move(entry)), userns_(std::move(userns)) {}
   Result<FileWriter> start(UniqueFd dest, uint32_t uid, uint32_t gid) override {
     auto w = jail::spawn_file_writer(entry_, std::move(dest), uid, gid);
     if (!w) return std::unexpected(w.error());
     return FileWriter{std::move(w->input), std::move(w->pidfd)};
   }
+  Result<Helper> start_helper(const std::vector<std::string>& args, UniqueFd fd3) override {
+    auto h = jail::spawn_helper(entry_, userns_.get(), args, std::move(fd3));
+    if (!h) return std::unexpected(h.error());
+    return Helper{std::move(h->input), std::move(h->output), std::move(h->pidfd)};
+  }
 
  private:
   jail::CgroupEntry entry_;
+  UniqueFd userns_;
 };
 
 class JailInstance final : public Instance {
@@ -246,7 +252,10 @@ class JailInstance final : public Instance {
     if (destroyed_) return fail(ErrorCode::gone, "the sandbox has ended");
     auto entry = jail::cgroup_entry(sandbox_->cgroup());
     if (!entry) return std::unexpected(entry.error());
-    return std::unique_ptr<WriterLauncher>(new JailWriterLauncher(std::move(*entry)));
+    std::string ns = "/proc/" + std::to_string(sandbox_->init_pid()) + "/ns/user";
+    UniqueFd userns(::open(ns.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!userns) return sys_fail("open " + ns);
+    return std::unique_ptr<WriterLauncher>(new JailWriterLauncher(std::move(*entry), std::move(userns)));
   }
   pid_t host_pid() const override { return sandbox_->init_pid(); }
   Result<UniqueFd> open_writable_layer() const override {
@@ -398,6 +407,7 @@ class JailBackend final : public Backend {
 }  // namespace
 
 Result<void> reap_file_writer(int pidfd) { return jail::reap_file_writer(pidfd); }
+Result<int> reap_helper(int pidfd) { return jail::reap_pidfd(pidfd); }
 
 agent::ExecRequest to_exec_request(const ProcessSpec& spec) {
   agent::ExecRequest req;

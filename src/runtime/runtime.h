@@ -111,7 +111,12 @@ struct FileWriter {
   UniqueFd pidfd;
 };
 
-// Starts FileWriters for one sandbox. Made on the reactor (Instance::writer_launcher),
+// A program started on the sandbox's behalf: input is its stdin, output its stdout.
+struct Helper {
+  UniqueFd input, output, pidfd;
+};
+
+// Starts FileWriters and Helpers for one sandbox. Made on the reactor (Instance::writer_launcher),
 // used from any thread: it holds its own descriptors of the sandbox's cgroups, and a
 // sandbox that ended meanwhile makes start() or the writer fail, nothing worse.
 class WriterLauncher {
@@ -119,7 +124,13 @@ class WriterLauncher {
   virtual ~WriterLauncher() = default;
   // `dest` is open for writing; the writer runs as the host ids uid/gid (never 0).
   virtual Result<FileWriter> start(UniqueFd dest, uint32_t uid, uint32_t gid) = 0;
+  // `cela <args...>` as the sandbox's root in its user namespace and cgroups, `fd3` as
+  // its descriptor 3 (jail/file_writer.h spawn_helper): the archive import.
+  virtual Result<Helper> start_helper(const std::vector<std::string>& args, UniqueFd fd3) = 0;
 };
+
+// The wait status of an exited helper (once its pidfd is readable).
+Result<int> reap_helper(int pidfd);
 
 // Reaps an exited writer: ok, or why its bytes did not all land (limit for a full disk
 // or memory, gone when the sandbox ended first).

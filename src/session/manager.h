@@ -112,6 +112,12 @@ class SessionManager {
                                               const std::string& path, const WriteOptions& options,
                                               std::optional<uint64_t> declared_bytes);
 
+  // A streamed archive import into the existing directory `path` (session/upload.h):
+  // the directory is checked and the size refused as for open_upload, then the helper
+  // is started in the session. Waits for the reactor only.
+  Result<std::unique_ptr<ArchiveImport>> open_import(const Caller& caller, const std::string& session_id,
+                                                     const std::string& path, std::optional<uint64_t> declared_bytes);
+
   int64_t live_sessions() const { return live_count_.load(); }
   // True when no create could be admitted now (readyz).
   bool full() const;
@@ -149,12 +155,15 @@ class SessionManager {
   // What the files API needs of a live session, taken on the reactor.
   struct FsView {
     UniqueFd root;
-    uint32_t uid = 0, gid = 0;
+    uint32_t uid = 0, gid = 0;                // host ids of the sandbox's user
+    uint32_t inside_uid = 0, inside_gid = 0;  // the same, as the sandbox sees them
     uint64_t memory_limit = 0, memory_current = 0;  // uploads only
     std::unique_ptr<runtime::WriterLauncher> writers;  // uploads only
   };
   Result<FsView> fs_view(const Caller& caller, const std::string& session_id, bool for_upload);
   FsLimits fs_limits() const;
+  // limit when `declared` cannot fit (max_upload_bytes, free disk, memory headroom).
+  Result<void> check_declared(const FsView& view, const std::string& path, std::optional<uint64_t> declared) const;
 
   DaemonConfig config_;
   store::Store& store_;

@@ -196,6 +196,10 @@ class SessionFs {
   // stay.
   Result<uint64_t> import_tar(std::string_view dir,
                               const std::function<Result<std::string_view>()>& source);
+  // Asked before import_tar writes a regular file of the given size: an error refuses
+  // the entry (the archive import helper checks its session's free disk and memory, so
+  // a file that cannot fit fails cleanly instead of meeting the OOM killer).
+  void set_room_check(std::function<Result<void>(uint64_t bytes)> check) { room_check_ = std::move(check); }
 
  private:
   struct ParentDir {
@@ -223,6 +227,7 @@ class SessionFs {
   gid_t owner_gid_;
   FsLimits limits_;
   std::vector<std::string> writable_roots_;
+  std::function<Result<void>(uint64_t)> room_check_;
 };
 
 }  // namespace cela::session

@@ -59,4 +59,33 @@ class Upload {
   bool reaped_ = false;
 };
 
+// ArchiveImport: a tar streamed into a live session (PUT /v1/sessions/{id}/archive).
+// The extraction runs in a helper (runtime::Helper: `cela __import-tar`, the sandbox's
+// root in its user namespace and cgroups, so every page and inode it creates is the
+// session's) that reads the tar on its stdin and runs SessionFs::import_tar on the
+// session root the daemon opened (its fd 3): the same path rules, entry checks and
+// limits as before. Its one-line JSON answer on stdout is read once it has exited.
+class ArchiveImport {
+ public:
+  explicit ArchiveImport(runtime::Helper helper) : helper_(std::move(helper)) {}
+  ArchiveImport(ArchiveImport&&) = delete;
+  // Unfinished: kills and reaps the helper.
+  ~ArchiveImport();
+
+  UniqueFd take_input() { return std::move(helper_.input); }
+  int writer_pidfd() const { return helper_.pidfd.get(); }
+  Result<void> passed(std::string_view) { return {}; }  // the helper counts
+  // After the helper exited: the number of entries extracted, or why not.
+  Result<uint64_t> finish();
+
+ private:
+  runtime::Helper helper_;
+  bool reaped_ = false;
+};
+
+// The helper's side (`cela __import-tar DIR UID GID MAX_BYTES MAX_ENTRIES MAX_DEPTH`,
+// ids as the sandbox sees them, the root on fd 3): extracts stdin, answers on stdout.
+[[noreturn]] void tar_import_main(int argc, char** argv);
+inline constexpr const char* kTarImportCommand = "__import-tar";
+
 }  // namespace cela::session

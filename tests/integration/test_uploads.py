@@ -322,3 +322,112 @@ def test_parallel_big_uploads_keep_the_daemon_small(setup, new_session):
     for sid in sids:
         assert session_usage(sid) >= size
     print(f"{n} x {size >> 20} MiB in {elapsed:.1f} s; daemon VmHWM +{grew >> 20} MiB")
+
+
+def _tar(entries):
+    """A tar of (name, bytes) regular files, as bytes."""
+    import io
+    import tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in entries:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def archive_path(sid, path):
+    return f"/v1/sessions/{sid}/archive?path={path}"
+
+
+def test_archive_import_is_charged_to_the_session(setup, new_session):
+    daemon, cg = setup
+    sid = new_session(memory_mb=256)
+    data = os.urandom(20 * MiB)
+    body = _tar([("big.bin", data), ("sub/small.txt", b"small")])
+    before_session, before_daemon = session_usage(sid), cg.usage()
+    status, r, _ = daemon.request("PUT", archive_path(sid, "/home/user"), body)
+    assert status == 200 and r["entries"] >= 2, r
+    assert session_usage(sid) - before_session >= 19 * MiB
+    assert cg.usage() - before_daemon < 8 * MiB, cg.usage() - before_daemon
+    out = daemon.run(sid, "sha256sum /home/user/big.bin; stat -c %U /home/user/sub/small.txt")["stdout"]
+    assert out.split()[0] == hashlib.sha256(data).hexdigest() and out.split()[-1] == "user", out
+
+
+def _helper_pids(sid):
+    out = []
+    for pid in (session_cgroup(sid) / "cgroup.procs").read_text().split():
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if len(cmd) > 1 and cmd[1] == b"__import-tar":
+            out.append(int(pid))
+    return out
+
+
+def test_archive_import_runs_as_the_sessions_root_not_the_hosts(setup, new_session):
+    """While a slow client streams a tar, the extracting process is in the session's
+    cgroup and user namespace with four capabilities there, none on the host."""
+    daemon, _ = setup
+    sid = new_session(memory_mb=256)
+    s = raw_connection(daemon)
+    try:
+        _inspect_helper(daemon, sid, s)
+    finally:
+        s.close()
+
+
+def _inspect_helper(daemon, sid, s):
+    body = _tar([("slow.bin", os.urandom(2 * MiB))])
+    s.sendall((f"PUT {archive_path(sid, '/home/user')} HTTP/1.1\r\nHost: x\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n").encode() + body[:MiB])
+    assert wait_until(lambda: _helper_pids(sid), 5), "no import helper in the session's cgroup"
+    pid = _helper_pids(sid)[0]
+    status = Path(f"/proc/{pid}/status").read_text()
+    field = {line.split(":")[0]: line.split(":", 1)[1].strip() for line in status.splitlines()}
+    init_pid = int((session_cgroup(sid) / "cgroup.procs").read_text().split()[0])
+    assert os.readlink(f"/proc/{pid}/ns/user") == os.readlink(f"/proc/{init_pid}/ns/user")
+    assert os.readlink(f"/proc/{pid}/ns/user") != os.readlink("/proc/self/ns/user")
+    assert int(field["Uid"].split()[0]) >= 0x10000000, field["Uid"]  # a slot id, not host root
+    # CAP_CHOWN | CAP_DAC_OVERRIDE | CAP_DAC_READ_SEARCH | CAP_FOWNER
+    assert int(field["CapEff"], 16) == 0xF and int(field["CapBnd"], 16) == 0xF, field["CapBnd"]
+    assert field["NoNewPrivs"] == "1"
+    # Nothing of the daemon's came along: no socket, nothing under its state dir.
+    targets = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    assert not [t for t in targets if t.startswith("socket:") or t.startswith(daemon.dir)], targets
+    s.sendall(body[MiB:])
+    code, head, text = read_response(s)
+    assert code == 200, (head, text)
+
+
+def test_archive_too_big_for_the_session_fails_cleanly(setup, new_session):
+    daemon, cg = setup
+    sid = new_session(memory_mb=32)
+    # Declared: refused before the body.
+    s = raw_connection(daemon)
+    s.sendall((f"PUT {archive_path(sid, '/home/user')} HTTP/1.1\r\nHost: x\r\n"
+               f"Content-Length: {400 * 1000 * 1000}\r\n\r\n").encode())
+    code, head, text = read_response(s)
+    assert code == 413 and "memory" in text, (head, text)
+    s.close()
+    # Undeclared: a 400 MB entry is refused when its header arrives.
+    import tarfile
+    info = tarfile.TarInfo("huge.bin")
+    info.size = 400 * 1000 * 1000
+    before = cg.usage()
+    s = raw_connection(daemon)
+    s.sendall((f"PUT {archive_path(sid, '/home/user')} HTTP/1.1\r\nHost: x\r\n"
+               "Transfer-Encoding: chunked\r\n\r\n").encode())
+    header = info.tobuf(format=tarfile.USTAR_FORMAT)
+    s.sendall(b"%x\r\n" % len(header) + header + b"\r\n")
+    sent, answered = stream_chunked(s, 400 * MiB)
+    assert answered
+    code, head, text = read_response(s)
+    assert code == 413 and "does not fit" in text, (head, text)
+    s.close()
+    assert cg.usage() - before < 16 * MiB
+    names = listing(daemon, sid)
+    assert "huge.bin" not in names and not [n for n in names if n.startswith(".cela-")], names
+    assert daemon.run(sid, "echo alive")["stdout"] == "alive\n"
