@@ -403,19 +403,23 @@ void Connection::read_body() {
                    [self = shared_from_this()](error_code ec, std::size_t) { self->on_body(ec); });
 }
 
-void Connection::on_body(error_code ec) {
-  disarm_read_deadline();
-  if (closed_) return;
+std::optional<ApiError> Connection::body_failure(error_code ec) const {
   if (read_timed_out_) {
     auto timeout = route_->options.body_timeout.value_or(core_.config.body_timeout);
-    return reject(
-        ApiError::request_timeout("request body not received within " + seconds_text(timeout)));
+    return ApiError::request_timeout("request body not received within " + seconds_text(timeout));
   }
   if (ec == http::error::body_limit) {
     std::size_t limit = route_->options.body_limit.value_or(core_.config.body_limit);
-    return reject(ApiError::payload_too_large("request body exceeds the limit of " +
-                                              std::to_string(limit) + " bytes"));
+    return ApiError::payload_too_large("request body exceeds the limit of " + std::to_string(limit) +
+                                       " bytes");
   }
+  return std::nullopt;
+}
+
+void Connection::on_body(error_code ec) {
+  disarm_read_deadline();
+  if (closed_) return;
+  if (auto failure = body_failure(ec)) return reject(*failure);
   if (ec == http::error::end_of_stream || ec == http::error::partial_message) return finish();
   if (is_http_parse_error(ec)) {
     return reject(ApiError::invalid_request("malformed request body: " + ec.message()));
@@ -482,16 +486,7 @@ void Connection::read_chunk() {
 void Connection::on_chunk(error_code ec) {
   if (closed_ || !sink_) return;
   if (ec == http::error::need_buffer) ec = {};  // the chunk buffer is full
-  if (read_timed_out_) {
-    auto timeout = route_->options.body_timeout.value_or(core_.config.body_timeout);
-    return abort_body(
-        ApiError::request_timeout("request body not received within " + seconds_text(timeout)));
-  }
-  if (ec == http::error::body_limit) {
-    std::size_t limit = route_->options.body_limit.value_or(core_.config.body_limit);
-    return abort_body(ApiError::payload_too_large("request body exceeds the limit of " +
-                                                  std::to_string(limit) + " bytes"));
-  }
+  if (auto failure = body_failure(ec)) return abort_body(*failure);
   if (is_http_parse_error(ec) && ec != http::error::partial_message &&
       ec != http::error::end_of_stream) {
     return abort_body(ApiError::invalid_request("malformed request body: " + ec.message()));

@@ -82,6 +82,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void route_request();
   void read_body();
   void on_body(boost::system::error_code ec);
+  // 408 after the body deadline, 413 past the route's body limit.
+  std::optional<ApiError> body_failure(boost::system::error_code ec) const;
   void dispatch();
 
   // A streamed body, chunk by chunk into the sink.

@@ -33,13 +33,39 @@ constexpr int kExitReadPipe = 203;  // reading its stdin failed
 }
 
 // The child, from clone3 to exit. Raw syscalls only (see file_writer.h).
-[[noreturn]] void run_writer(const std::vector<int>& tasks, int in, int out, uid_t uid, gid_t gid) {
+// The first steps of every child: die with the cloning thread, join the v1
+// hierarchies, be the memory cgroup's first OOM victim (before any id change: /proc/self
+// of a non-dumpable process is root's). 0, or the exit code to leave with.
+int enter_accounting(const std::vector<int>& tasks) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   for (int fd : tasks)
-    if (::write(fd, "0", 1) != 1) leave(kExitJoin);
-  // Before the ids change: /proc/self of a non-dumpable process is root's.
+    if (::write(fd, "0", 1) != 1) return kExitJoin;
   int oom = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-  if (oom < 0 || ::write(oom, "1000", 4) != 4) leave(kExitSetup);
+  if (oom < 0 || ::write(oom, "1000", 4) != 4) return kExitSetup;
+  ::close(oom);
+  return 0;
+}
+
+// clone3 without CLONE_VM (the child has its own mm, so its pages are charged to its own
+// cgroup), born in the cgroup2 node when there is one. 0 in the child.
+Result<pid_t> clone_into(const CgroupEntry& entry, int& pidfd, std::string_view what) {
+  clone_args args{};
+  args.flags = CLONE_PIDFD;
+  args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
+  args.exit_signal = SIGCHLD;
+  if (entry.cgroup2) {
+    args.flags |= CLONE_INTO_CGROUP;
+    args.cgroup = static_cast<uint64_t>(entry.cgroup2.get());
+  }
+  pid_t pid = static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
+  if (pid >= 0) return pid;
+  // EAGAIN: the sandbox's pids limit (cgroup2) leaves no room for one more process.
+  if (errno == EAGAIN) return fail(ErrorCode::limit, "the session is at its process limit", EAGAIN);
+  return sys_fail("clone3 " + std::string(what));
+}
+
+[[noreturn]] void run_writer(const std::vector<int>& tasks, int in, int out, uid_t uid, gid_t gid) {
+  if (int code = enter_accounting(tasks)) leave(code);
   if (::dup2(in, 0) != 0 || ::dup2(out, 1) != 1) leave(kExitSetup);
   if (::syscall(SYS_close_range, 2, ~0U, 0) != 0) leave(kExitSetup);
   if (::syscall(SYS_setgroups, 0, nullptr) != 0 || ::syscall(SYS_setresgid, gid, gid, gid) != 0 ||
@@ -68,10 +94,10 @@ constexpr int kExitReadPipe = 203;  // reading its stdin failed
   }
 }
 
-// Keeps an fd off 0-2, where the child's dup2 targets are.
-Result<UniqueFd> above_stdio(UniqueFd fd, std::string_view what) {
-  if (fd.get() > 2) return fd;
-  UniqueFd moved(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 3));
+// Keeps an fd above `highest`, off the child's dup2 targets.
+Result<UniqueFd> above(UniqueFd fd, int highest, std::string_view what) {
+  if (fd.get() > highest) return fd;
+  UniqueFd moved(::fcntl(fd.get(), F_DUPFD_CLOEXEC, highest + 1));
   if (!moved) return sys_fail(std::string("dup ") + std::string(what));
   return moved;
 }
@@ -96,31 +122,19 @@ Result<FileWriterProcess> spawn_file_writer(const CgroupEntry& entry, UniqueFd d
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return sys_fail("pipe for a file writer");
   UniqueFd read_end(p[0]), write_end(p[1]);
-  auto in = above_stdio(std::move(read_end), "writer pipe");
+  auto in = above(std::move(read_end), 2, "writer pipe");
   if (!in) return std::unexpected(in.error());
-  auto out = above_stdio(std::move(dest), "writer file");
+  auto out = above(std::move(dest), 2, "writer file");
   if (!out) return std::unexpected(out.error());
   std::vector<int> tasks;
   for (const auto& fd : entry.tasks) tasks.push_back(fd.get());
 
   int pidfd = -1;
-  clone_args args{};
-  args.flags = CLONE_PIDFD;
-  args.pidfd = reinterpret_cast<uint64_t>(&pidfd);
-  args.exit_signal = SIGCHLD;
-  if (entry.cgroup2) {
-    args.flags |= CLONE_INTO_CGROUP;
-    args.cgroup = static_cast<uint64_t>(entry.cgroup2.get());
-  }
-  pid_t pid = static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof args));
-  if (pid < 0) {
-    // EAGAIN: the sandbox's pids limit (cgroup2) leaves no room for the writer.
-    if (errno == EAGAIN) return fail(ErrorCode::limit, "the session is at its process limit", EAGAIN);
-    return sys_fail("clone3 file writer");
-  }
-  if (pid == 0) run_writer(tasks, in->get(), out->get(), uid, gid);
+  auto pid = clone_into(entry, pidfd, "file writer");
+  if (!pid) return std::unexpected(pid.error());
+  if (*pid == 0) run_writer(tasks, in->get(), out->get(), uid, gid);
   FileWriterProcess w;
-  w.pid = pid;
+  w.pid = *pid;
   w.pidfd.reset(pidfd);
   w.input = std::move(write_end);
   return w;
@@ -174,11 +188,7 @@ namespace {
 constexpr int kHelperCaps[] = {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER};
 
 [[noreturn]] void run_helper(const std::vector<int>& tasks, int userns, int in, int out, int fd3, char** argv) {
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-  for (int fd : tasks)
-    if (::write(fd, "0", 1) != 1) ::_exit(kExitJoin);
-  int oom = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-  if (oom < 0 || ::write(oom, "1000", 4) != 4) ::_exit(kExitSetup);
+  if (int code = enter_accounting(tasks)) ::_exit(code);
   // Root of the sandbox's user namespace: capabilities over what the sandbox owns only.
   if (::setns(userns, CLONE_NEWUSER) != 0) ::_exit(kExitSetup);
   if (::syscall(SYS_setgroups, 0, nullptr) != 0 || ::syscall(SYS_setresgid, 0, 0, 0) != 0 ||
@@ -199,14 +209,6 @@ constexpr int kHelperCaps[] = {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH,
   ::_exit(kExitSetup);
 }
 
-// Keeps an fd above 3, where the helper's dup2 targets are.
-Result<UniqueFd> above_three(UniqueFd fd, std::string_view what) {
-  if (fd.get() > 3) return fd;
-  UniqueFd moved(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 4));
-  if (!moved) return sys_fail(std::string("dup ") + std::string(what));
-  return moved;
-}
-
 }  // namespace
 
 Result<HelperProcess> spawn_helper(const CgroupEntry& entry, int userns_fd, const std::vector<std::string>& args,
@@ -216,9 +218,9 @@ Result<HelperProcess> spawn_helper(const CgroupEntry& entry, int userns_fd, cons
   UniqueFd in_r(p[0]), in_w(p[1]);
   if (::pipe2(q, O_CLOEXEC) != 0) return sys_fail("pipe for a helper");
   UniqueFd out_r(q[0]), out_w(q[1]);
-  auto in = above_three(std::move(in_r), "helper stdin");
-  auto out = in ? above_three(std::move(out_w), "helper stdout") : Result<UniqueFd>(std::unexpected(in.error()));
-  auto third = out ? above_three(std::move(fd3), "helper fd 3") : Result<UniqueFd>(std::unexpected(out.error()));
+  auto in = above(std::move(in_r), 3, "helper stdin");
+  auto out = in ? above(std::move(out_w), 3, "helper stdout") : Result<UniqueFd>(std::unexpected(in.error()));
+  auto third = out ? above(std::move(fd3), 3, "helper fd 3") : Result<UniqueFd>(std::unexpected(out.error()));
   if (!third) return std::unexpected(third.error());
   std::vector<int> tasks;
   for (const auto& fd : entry.tasks) tasks.push_back(fd.get());
@@ -230,22 +232,11 @@ Result<HelperProcess> spawn_helper(const CgroupEntry& entry, int userns_fd, cons
   argv.push_back(nullptr);
 
   int pidfd = -1;
-  clone_args ca{};
-  ca.flags = CLONE_PIDFD;
-  ca.pidfd = reinterpret_cast<uint64_t>(&pidfd);
-  ca.exit_signal = SIGCHLD;
-  if (entry.cgroup2) {
-    ca.flags |= CLONE_INTO_CGROUP;
-    ca.cgroup = static_cast<uint64_t>(entry.cgroup2.get());
-  }
-  pid_t pid = static_cast<pid_t>(::syscall(SYS_clone3, &ca, sizeof ca));
-  if (pid < 0) {
-    if (errno == EAGAIN) return fail(ErrorCode::limit, "the session is at its process limit", EAGAIN);
-    return sys_fail("clone3 helper");
-  }
-  if (pid == 0) run_helper(tasks, userns_fd, in->get(), out->get(), third->get(), argv.data());
+  auto pid = clone_into(entry, pidfd, "helper");
+  if (!pid) return std::unexpected(pid.error());
+  if (*pid == 0) run_helper(tasks, userns_fd, in->get(), out->get(), third->get(), argv.data());
   HelperProcess h;
-  h.pid = pid;
+  h.pid = *pid;
   h.pidfd.reset(pidfd);
   h.input = std::move(in_w);
   h.output = std::move(out_r);

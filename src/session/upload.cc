@@ -29,11 +29,20 @@ Result<void> check_room(uint64_t bytes, const UploadRoom& room) {
 Upload::Upload(FileUpload file, runtime::FileWriter writer)
     : file_(std::move(file)), writer_(std::move(writer)) {}
 
+namespace {
+
+// An intake dropped before its end: its process is killed and reaped.
+void end_process(UniqueFd& input, const UniqueFd& pidfd) {
+  input.reset();
+  ::syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
+  (void)runtime::reap_helper(pidfd.get());
+}
+
+}  // namespace
+
 Upload::~Upload() {
   if (reaped_ || !writer_.pidfd) return;
-  writer_.input.reset();
-  ::syscall(SYS_pidfd_send_signal, writer_.pidfd.get(), SIGKILL, nullptr, 0);
-  (void)runtime::reap_file_writer(writer_.pidfd.get());
+  end_process(writer_.input, writer_.pidfd);
   // file_'s destructor removes the temp file.
 }
 
@@ -75,10 +84,7 @@ void answer(const boost::json::object& o) {
 }  // namespace
 
 ArchiveImport::~ArchiveImport() {
-  if (reaped_ || !helper_.pidfd) return;
-  helper_.input.reset();
-  ::syscall(SYS_pidfd_send_signal, helper_.pidfd.get(), SIGKILL, nullptr, 0);
-  (void)runtime::reap_helper(helper_.pidfd.get());
+  if (!reaped_ && helper_.pidfd) end_process(helper_.input, helper_.pidfd);
 }
 
 Result<uint64_t> ArchiveImport::finish() {

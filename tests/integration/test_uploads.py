@@ -143,6 +143,18 @@ def read_response(s, timeout=10):
     return int(lines[0].split()[1]), head.decode(), body.decode(errors="replace")
 
 
+def open_put(daemon, target, headers, first=b""):
+    """A connection with the header of a PUT to `target` sent (and `first` body bytes)."""
+    s = raw_connection(daemon)
+    lines = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    s.sendall(f"PUT {target} HTTP/1.1\r\nHost: x\r\n{lines}\r\n".encode() + first)
+    return s
+
+
+def put_chunked(daemon, target):
+    return open_put(daemon, target, {"Transfer-Encoding": "chunked"})
+
+
 def stream_chunked(s, total, chunk=MiB):
     """Sends up to `total` bytes as a chunked body until the daemon answers (or closes);
     returns (bytes sent, whether the daemon answered before the end)."""
@@ -190,10 +202,7 @@ def test_declared_oversize_is_refused_before_the_body(setup, new_session):
     daemon, cg = setup
     sid = new_session(memory_mb=32)
     for length, why in ((400 * 1000 * 1000, "memory"), ((1 << 30) + 1, "exceeds the limit")):
-        s = raw_connection(daemon)
-        # Only the header: the answer must come without a byte of the body.
-        s.sendall((f"PUT {put_path(sid, '/home/user/huge')} HTTP/1.1\r\nHost: x\r\n"
-                   f"Content-Length: {length}\r\n\r\n").encode())
+        s = open_put(daemon, put_path(sid, '/home/user/huge'), {"Content-Length": length})
         t0 = time.monotonic()
         status, head, body = read_response(s)
         assert status == 413 and "payload_too_large" in body and why in body, (head, body)
@@ -207,16 +216,12 @@ def test_expect_100_continue(setup, new_session):
     daemon, _ = setup
     sid = new_session(memory_mb=32)
     # Refused: the answer comes instead of 100 Continue.
-    s = raw_connection(daemon)
-    s.sendall((f"PUT {put_path(sid, '/home/user/x')} HTTP/1.1\r\nHost: x\r\n"
-               f"Content-Length: {300 * MiB}\r\nExpect: 100-continue\r\n\r\n").encode())
+    s = open_put(daemon, put_path(sid, '/home/user/x'), {"Content-Length": 300 * MiB, "Expect": "100-continue"})
     status, head, body = read_response(s)
     assert status == 413 and "memory" in body, (head, body)
     s.close()
     # Accepted: 100 first, then the body, then 201.
-    s = raw_connection(daemon)
-    s.sendall((f"PUT {put_path(sid, '/home/user/x')} HTTP/1.1\r\nHost: x\r\n"
-               f"Content-Length: 5\r\nExpect: 100-continue\r\n\r\n").encode())
+    s = open_put(daemon, put_path(sid, '/home/user/x'), {"Content-Length": 5, "Expect": "100-continue"})
     status, head, _ = read_response(s)
     assert status == 100, head
     s.sendall(b"hello")
@@ -230,9 +235,7 @@ def test_undeclared_400mb_to_a_32mib_session_fails_cleanly(setup, new_session):
     daemon, cg = setup
     sid = new_session(memory_mb=32)
     before = cg.usage()
-    s = raw_connection(daemon)
-    s.sendall((f"PUT {put_path(sid, '/home/user/huge')} HTTP/1.1\r\nHost: x\r\n"
-               "Transfer-Encoding: chunked\r\n\r\n").encode())
+    s = put_chunked(daemon, put_path(sid, '/home/user/huge'))
     sent, answered = stream_chunked(s, 400 * MiB)
     assert answered, "the daemon took 400 MB into a 32 MiB session"
     status, head, body = read_response(s)
@@ -253,9 +256,7 @@ def test_disk_limit_applies_to_uploads(setup, new_session):
     status, err, _ = daemon.request("PUT", put_path(sid, "/home/user/d"), b"x" * (32 * MiB))
     assert status == 413 and "disk" in err["error"]["message"], err
     # Undeclared: the writer runs into ENOSPC.
-    s = raw_connection(daemon)
-    s.sendall((f"PUT {put_path(sid, '/home/user/d')} HTTP/1.1\r\nHost: x\r\n"
-               "Transfer-Encoding: chunked\r\n\r\n").encode())
+    s = put_chunked(daemon, put_path(sid, '/home/user/d'))
     sent, answered = stream_chunked(s, 64 * MiB)
     status, head, body = read_response(s)
     assert status == 413 and "disk is full" in body, (head, body)
@@ -268,9 +269,7 @@ def test_disk_limit_applies_to_uploads(setup, new_session):
 def test_aborted_upload_leaves_no_file(setup, new_session):
     daemon, _ = setup
     sid = new_session()
-    s = raw_connection(daemon)
-    s.sendall((f"PUT {put_path(sid, '/home/user/half')} HTTP/1.1\r\nHost: x\r\n"
-               f"Content-Length: {10 * MiB}\r\n\r\n").encode())
+    s = open_put(daemon, put_path(sid, '/home/user/half'), {"Content-Length": 10 * MiB})
     s.sendall(os.urandom(5 * MiB))
     time.sleep(0.3)
     s.close()
@@ -298,10 +297,8 @@ def test_parallel_big_uploads_keep_the_daemon_small(setup, new_session):
     results = [None] * n
 
     def upload(i):
-        s = raw_connection(daemon)
+        s = open_put(daemon, put_path(sids[i], '/home/user/p.bin'), {"Content-Length": size})
         s.settimeout(60)
-        s.sendall((f"PUT {put_path(sids[i], '/home/user/p.bin')} HTTP/1.1\r\nHost: x\r\n"
-                   f"Content-Length: {size}\r\n\r\n").encode())
         for _ in range(size // MiB):
             s.sendall(block)
         results[i] = read_response(s, timeout=60)
@@ -372,17 +369,15 @@ def test_archive_import_runs_as_the_sessions_root_not_the_hosts(setup, new_sessi
     cgroup and user namespace with four capabilities there, none on the host."""
     daemon, _ = setup
     sid = new_session(memory_mb=256)
-    s = raw_connection(daemon)
+    body = _tar([("slow.bin", os.urandom(2 * MiB))])
+    s = open_put(daemon, archive_path(sid, '/home/user'), {"Content-Length": len(body)}, body[:MiB])
     try:
-        _inspect_helper(daemon, sid, s)
+        _inspect_helper(daemon, sid, s, body)
     finally:
         s.close()
 
 
-def _inspect_helper(daemon, sid, s):
-    body = _tar([("slow.bin", os.urandom(2 * MiB))])
-    s.sendall((f"PUT {archive_path(sid, '/home/user')} HTTP/1.1\r\nHost: x\r\n"
-               f"Content-Length: {len(body)}\r\n\r\n").encode() + body[:MiB])
+def _inspect_helper(daemon, sid, s, body):
     assert wait_until(lambda: _helper_pids(sid), 5), "no import helper in the session's cgroup"
     pid = _helper_pids(sid)[0]
     status = Path(f"/proc/{pid}/status").read_text()
@@ -406,9 +401,7 @@ def test_archive_too_big_for_the_session_fails_cleanly(setup, new_session):
     daemon, cg = setup
     sid = new_session(memory_mb=32)
     # Declared: refused before the body.
-    s = raw_connection(daemon)
-    s.sendall((f"PUT {archive_path(sid, '/home/user')} HTTP/1.1\r\nHost: x\r\n"
-               f"Content-Length: {400 * 1000 * 1000}\r\n\r\n").encode())
+    s = open_put(daemon, archive_path(sid, '/home/user'), {"Content-Length": 400 * 1000 * 1000})
     code, head, text = read_response(s)
     assert code == 413 and "memory" in text, (head, text)
     s.close()
@@ -417,9 +410,7 @@ def test_archive_too_big_for_the_session_fails_cleanly(setup, new_session):
     info = tarfile.TarInfo("huge.bin")
     info.size = 400 * 1000 * 1000
     before = cg.usage()
-    s = raw_connection(daemon)
-    s.sendall((f"PUT {archive_path(sid, '/home/user')} HTTP/1.1\r\nHost: x\r\n"
-               "Transfer-Encoding: chunked\r\n\r\n").encode())
+    s = put_chunked(daemon, archive_path(sid, '/home/user'))
     header = info.tobuf(format=tarfile.USTAR_FORMAT)
     s.sendall(b"%x\r\n" % len(header) + header + b"\r\n")
     sent, answered = stream_chunked(s, 400 * MiB)
