@@ -64,7 +64,7 @@ class IntakeSink final : public BodySink, public std::enable_shared_from_this<In
 
   void begin(const asio::any_io_executor& executor) override {
     input_.emplace(executor, intake_->take_input().release());
-    exited_.emplace(executor, ::fcntl(intake_->writer_pidfd(), F_DUPFD_CLOEXEC, 3));
+    exited_.emplace(executor, ::fcntl(intake_->done_fd(), F_DUPFD_CLOEXEC, 3));
   }
 
   void write(std::string_view chunk, std::function<void(bool)> next) override {
@@ -101,10 +101,13 @@ class IntakeSink final : public BodySink, public std::enable_shared_from_this<In
                         [self = this->shared_from_this()](boost::system::error_code) {
                           self->server_.post_blocking([self] {
                             auto r = self->intake_->finish();
-                            self->intake_.reset();
-                            if (!r) return fail_with(*self->out_, r.error(), self->session_id_);
-                            auto [status, body] = self->render_(*r);
-                            self->out_->json(status, body);
+                            if (!r) {
+                              fail_with(*self->out_, r.error(), self->session_id_);
+                            } else {
+                              auto [status, body] = self->render_(*r);
+                              self->out_->json(status, body);
+                            }
+                            self->intake_.reset();  // reaps the process, after the answer
                           });
                         });
   }

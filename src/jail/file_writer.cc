@@ -64,10 +64,17 @@ Result<pid_t> clone_into(const CgroupEntry& entry, int& pidfd, std::string_view 
   return sys_fail("clone3 " + std::string(what));
 }
 
-[[noreturn]] void run_writer(const std::vector<int>& tasks, int in, int out, uid_t uid, gid_t gid) {
+// Tells the daemon how it ended (fd 2), then exits with the same code.
+[[noreturn]] void finish_with(int code) {
+  char byte = static_cast<char>(code);
+  (void)::write(2, &byte, 1);
+  leave(code);
+}
+
+[[noreturn]] void run_writer(const std::vector<int>& tasks, int in, int out, int status, uid_t uid, gid_t gid) {
   if (int code = enter_accounting(tasks)) leave(code);
-  if (::dup2(in, 0) != 0 || ::dup2(out, 1) != 1) leave(kExitSetup);
-  if (::syscall(SYS_close_range, 2, ~0U, 0) != 0) leave(kExitSetup);
+  if (::dup2(in, 0) != 0 || ::dup2(out, 1) != 1 || ::dup2(status, 2) != 2) leave(kExitSetup);
+  if (::syscall(SYS_close_range, 3, ~0U, 0) != 0) leave(kExitSetup);
   if (::syscall(SYS_setgroups, 0, nullptr) != 0 || ::syscall(SYS_setresgid, gid, gid, gid) != 0 ||
       ::syscall(SYS_setresuid, uid, uid, uid) != 0)
     leave(kExitSetup);
@@ -78,16 +85,16 @@ Result<pid_t> clone_into(const CgroupEntry& entry, int& pidfd, std::string_view 
   char buf[65536];
   for (;;) {
     ssize_t n = ::read(0, buf, sizeof buf);
-    if (n == 0) leave(0);
+    if (n == 0) finish_with(0);
     if (n < 0) {
       if (errno == EINTR) continue;
-      leave(kExitReadPipe);
+      finish_with(kExitReadPipe);
     }
     for (ssize_t done = 0; done < n;) {
       ssize_t w = ::write(1, buf + done, static_cast<size_t>(n - done));
       if (w < 0) {
         if (errno == EINTR) continue;
-        leave(errno > 0 && errno < kExitJoin ? errno : EIO);
+        finish_with(errno > 0 && errno < kExitJoin ? errno : EIO);
       }
       done += w;
     }
@@ -126,17 +133,23 @@ Result<FileWriterProcess> spawn_file_writer(const CgroupEntry& entry, UniqueFd d
   if (!in) return std::unexpected(in.error());
   auto out = above(std::move(dest), 2, "writer file");
   if (!out) return std::unexpected(out.error());
+  int sp[2];
+  if (::pipe2(sp, O_CLOEXEC) != 0) return sys_fail("status pipe for a file writer");
+  UniqueFd status_r(sp[0]);
+  auto status_w = above(UniqueFd(sp[1]), 2, "writer status");
+  if (!status_w) return std::unexpected(status_w.error());
   std::vector<int> tasks;
   for (const auto& fd : entry.tasks) tasks.push_back(fd.get());
 
   int pidfd = -1;
   auto pid = clone_into(entry, pidfd, "file writer");
   if (!pid) return std::unexpected(pid.error());
-  if (*pid == 0) run_writer(tasks, in->get(), out->get(), uid, gid);
+  if (*pid == 0) run_writer(tasks, in->get(), out->get(), status_w->get(), uid, gid);
   FileWriterProcess w;
   w.pid = *pid;
   w.pidfd.reset(pidfd);
   w.input = std::move(write_end);
+  w.status = std::move(status_r);
   return w;
 }
 
@@ -180,6 +193,16 @@ Result<void> reap_file_writer(int pidfd) {
   auto status = reap_pidfd(pidfd);
   if (!status) return std::unexpected(status.error());
   return file_writer_outcome(*status);
+}
+
+Result<void> file_writer_result(int status_fd, int pidfd, bool& reaped) {
+  char byte = 0;
+  ssize_t n;
+  do n = ::read(status_fd, &byte, 1);
+  while (n < 0 && errno == EINTR);
+  if (n == 1) return file_writer_outcome(static_cast<unsigned char>(byte) << 8);
+  reaped = true;
+  return reap_file_writer(pidfd);
 }
 
 namespace {

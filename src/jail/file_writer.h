@@ -12,13 +12,15 @@
 // the sandbox root, a fresh temp file) and hands over only that fd; the writer never
 // resolves a path. Between clone3 and its copy loop it makes only raw syscalls (the
 // daemon is multi-threaded): join the cgroups (v1 `tasks`; cgroup2 at clone time),
-// oom_score_adj 1000 (it is the memory cgroup's first OOM victim, never init), close
-// every other descriptor, drop to the given unprivileged ids (no capabilities left),
-// not dumpable, no_new_privs, then seccomp strict mode: read(2) from its stdin, write(2)
-// to the file, exit(2). Nothing else is possible from then on.
+// oom_score_adj 1000 (it is the memory cgroup's first OOM victim, never init), keep
+// only stdin (the pipe), stdout (the file) and stderr (a status pipe) open, drop to the
+// given unprivileged ids (no capabilities left), not dumpable, no_new_privs, then
+// seccomp strict mode: read(2) from its stdin, write(2) to the file and the status pipe,
+// exit(2). Nothing else is possible from then on.
 //
-// How it ends: EOF on stdin after every byte was written: exit 0. A failed write: exit
-// with its errno (ENOSPC when the writable layer is full). Killed (SIGKILL): the memory
+// How it ends: EOF on stdin after every byte was written: status byte 0, exit 0. A
+// failed write: its errno as the status byte and the exit code (ENOSPC when the writable
+// layer is full). Killed (SIGKILL): the memory
 // cgroup's OOM killer chose it (the sandbox's memory is full), or the sandbox ended.
 #pragma once
 
@@ -44,8 +46,9 @@ Result<CgroupEntry> cgroup_entry(const Cgroup& cgroup);
 
 struct FileWriterProcess {
   pid_t pid = -1;
-  UniqueFd pidfd;  // readable once the writer has exited
-  UniqueFd input;  // the write end of its stdin pipe, close-on-exec, blocking
+  UniqueFd pidfd;   // readable once the writer has exited
+  UniqueFd input;   // the write end of its stdin pipe, close-on-exec, blocking
+  UniqueFd status;  // readable once it is done: one byte (0 or the errno), or EOF if killed
 };
 
 // Starts a writer of `dest` (opened for writing) in `entry`'s cgroups, running as
@@ -76,6 +79,10 @@ Result<int> reap_pidfd(int pidfd);
 // ok, the errno of its failed write (code from the errno: limit for ENOSPC/EFBIG), or
 // limit when it was killed (OOM in the sandbox's memory cgroup, or the sandbox ended).
 Result<void> reap_file_writer(int pidfd);
+// How it ended, from its status pipe once readable (the byte it wrote before exiting,
+// so the answer does not wait for the exit itself); a writer that wrote none was killed,
+// and is reaped here to say why. A writer judged by its byte still needs reaping.
+Result<void> file_writer_result(int status_fd, int pidfd, bool& reaped);
 // The same judgement from a wait status (pure).
 Result<void> file_writer_outcome(int wait_status);
 

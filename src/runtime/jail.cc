@@ -184,7 +184,7 @@ class JailWriterLauncher final : public WriterLauncher {
   Result<FileWriter> start(UniqueFd dest, uint32_t uid, uint32_t gid) override {
     auto w = jail::spawn_file_writer(entry_, std::move(dest), uid, gid);
     if (!w) return std::unexpected(w.error());
-    return FileWriter{std::move(w->input), std::move(w->pidfd)};
+    return FileWriter{std::move(w->input), std::move(w->pidfd), std::move(w->status)};
   }
   Result<Helper> start_helper(const std::vector<std::string>& args, UniqueFd fd3) override {
     auto h = jail::spawn_helper(entry_, userns_.get(), args, std::move(fd3));
@@ -406,7 +406,9 @@ class JailBackend final : public Backend {
 
 }  // namespace
 
-Result<void> reap_file_writer(int pidfd) { return jail::reap_file_writer(pidfd); }
+Result<void> file_writer_result(const FileWriter& writer, bool& reaped) {
+  return jail::file_writer_result(writer.status.get(), writer.pidfd.get(), reaped);
+}
 Result<int> reap_helper(int pidfd) { return jail::reap_pidfd(pidfd); }
 
 agent::ExecRequest to_exec_request(const ProcessSpec& spec) {

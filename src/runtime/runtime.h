@@ -107,8 +107,9 @@ class Exec {
 // Close `input` to end it; `pidfd` is readable once it has exited, then
 // reap_file_writer() says whether every byte landed.
 struct FileWriter {
-  UniqueFd input;  // the write end of its stdin pipe
+  UniqueFd input;   // the write end of its stdin pipe
   UniqueFd pidfd;
+  UniqueFd status;  // readable once it is done (file_writer_result)
 };
 
 // A program started on the sandbox's behalf: input is its stdin, output its stdout.
@@ -132,9 +133,10 @@ class WriterLauncher {
 // The wait status of an exited helper (once its pidfd is readable).
 Result<int> reap_helper(int pidfd);
 
-// Reaps an exited writer: ok, or why its bytes did not all land (limit for a full disk
-// or memory, gone when the sandbox ended first).
-Result<void> reap_file_writer(int pidfd);
+// Once its status is readable: ok, or why its bytes did not all land (limit for a full
+// disk or memory, gone when the sandbox ended first). `reaped` tells whether the
+// writer was reaped on the way (else reap it with reap_helper).
+Result<void> file_writer_result(const FileWriter& writer, bool& reaped);
 
 struct Teardown {
   uint64_t processes_killed = 0;

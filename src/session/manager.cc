@@ -399,7 +399,7 @@ void SessionManager::remove(const Caller& caller, const std::string& id, Done<Se
 }
 
 Result<SessionManager::FsView> SessionManager::fs_view(const Caller& caller, const std::string& session_id,
-                                                       bool for_upload) {
+                                                       bool for_upload, std::optional<uint64_t> declared) {
   std::promise<Result<FsView>> promise;
   auto f = promise.get_future();
   // Waits for the reactor only (it never blocks on sandbox code).
@@ -418,11 +418,16 @@ Result<SessionManager::FsView> SessionManager::fs_view(const Caller& caller, con
     view.inside_uid = s.tmpl.user.uid;
     view.inside_gid = s.tmpl.user.gid;
     if (for_upload) {
-      auto writers = s.instance->writer_launcher();
-      if (!writers) return promise.set_value(std::unexpected(writers.error()));
-      view.writers = std::move(*writers);
-      view.memory_limit = s.limits.memory_mb << 20;
-      if (auto st = s.instance->stats(); st) view.memory_current = st->memory_current_bytes;
+      if (!s.writers) {
+        auto writers = s.instance->writer_launcher();
+        if (!writers) return promise.set_value(std::unexpected(writers.error()));
+        s.writers = std::move(*writers);
+      }
+      view.writers = s.writers;
+      if (declared && *declared >= kMemoryCheckBytes) {
+        view.memory_limit = s.limits.memory_mb << 20;
+        if (auto st = s.instance->stats(); st) view.memory_current = st->memory_current_bytes;
+      }
     }
     promise.set_value(std::move(view));
   });
@@ -463,7 +468,7 @@ Result<std::unique_ptr<Upload>> SessionManager::open_upload(const Caller& caller
                                                             std::optional<uint64_t> declared_bytes) {
   if (declared_bytes && *declared_bytes > config_.max_upload_bytes)
     return fail(ErrorCode::limit, "file larger than " + std::to_string(config_.max_upload_bytes) + " bytes: " + path);
-  auto view = fs_view(caller, session_id, true);
+  auto view = fs_view(caller, session_id, true, declared_bytes);
   if (!view) return std::unexpected(view.error());
   if (auto r = check_declared(*view, path, declared_bytes); !r) return std::unexpected(r.error());
   SessionFs fs(std::move(view->root), view->uid, view->gid, fs_limits());
@@ -481,7 +486,7 @@ Result<std::unique_ptr<ArchiveImport>> SessionManager::open_import(const Caller&
                                                                    std::optional<uint64_t> declared_bytes) {
   if (declared_bytes && *declared_bytes > config_.max_upload_bytes)
     return fail(ErrorCode::limit, "archive larger than " + std::to_string(config_.max_upload_bytes) + " bytes");
-  auto view = fs_view(caller, session_id, true);
+  auto view = fs_view(caller, session_id, true, declared_bytes);
   if (!view) return std::unexpected(view.error());
   if (auto r = check_declared(*view, path, declared_bytes); !r) return std::unexpected(r.error());
   // A missing or wrong target is answered before the body.

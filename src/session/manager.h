@@ -157,10 +157,14 @@ class SessionManager {
     UniqueFd root;
     uint32_t uid = 0, gid = 0;                // host ids of the sandbox's user
     uint32_t inside_uid = 0, inside_gid = 0;  // the same, as the sandbox sees them
-    uint64_t memory_limit = 0, memory_current = 0;  // uploads only
-    std::unique_ptr<runtime::WriterLauncher> writers;  // uploads only
+    uint64_t memory_limit = 0, memory_current = 0;     // uploads of kMemoryCheckBytes or more
+    std::shared_ptr<runtime::WriterLauncher> writers;  // uploads only
   };
-  Result<FsView> fs_view(const Caller& caller, const std::string& session_id, bool for_upload);
+  // for_upload: also the writers, and the memory usage when `declared` is large enough
+  // for it to matter (reading the cgroup's statistics costs more than a small upload).
+  Result<FsView> fs_view(const Caller& caller, const std::string& session_id, bool for_upload,
+                         std::optional<uint64_t> declared = std::nullopt);
+  static constexpr uint64_t kMemoryCheckBytes = 1 << 20;
   FsLimits fs_limits() const;
   // limit when `declared` cannot fit (max_upload_bytes, free disk, memory headroom).
   Result<void> check_declared(const FsView& view, const std::string& path, std::optional<uint64_t> declared) const;

@@ -42,14 +42,13 @@ void end_process(UniqueFd& input, const UniqueFd& pidfd) {
 
 Upload::~Upload() {
   if (reaped_ || !writer_.pidfd) return;
-  end_process(writer_.input, writer_.pidfd);
+  end_process(writer_.input, writer_.pidfd);  // a writer that said it is done is exiting anyway
   // file_'s destructor removes the temp file.
 }
 
 Result<WriteResult> Upload::finish() {
   writer_.input.reset();
-  reaped_ = true;
-  if (auto r = runtime::reap_file_writer(writer_.pidfd.get()); !r) {
+  if (auto r = runtime::file_writer_result(writer_, reaped_); !r) {
     Error e = r.error();
     e.context = "write " + std::string(file_.path()) + ": " + e.context;
     return std::unexpected(e);  // file_ removes the temp file when the upload is dropped

@@ -46,11 +46,12 @@ class Upload {
 
   // The writer's stdin (call once): the caller writes the body here and closes it.
   UniqueFd take_input() { return std::move(writer_.input); }
-  // Readable once the writer has exited.
-  int writer_pidfd() const { return writer_.pidfd.get(); }
+  // Readable once the writer is done.
+  int done_fd() const { return writer_.status.get(); }
   // Before `chunk` goes to the input: limit past the session's max upload size.
   Result<void> passed(std::string_view chunk) { return file_.append(chunk); }
-  // After the writer exited: reaps it, then renames the file into place or removes it.
+  // Once done_fd() is readable: renames the file into place, or removes it. The writer
+  // is reaped when the upload is dropped (after the answer: its exit takes a while).
   Result<WriteResult> finish();
 
  private:
@@ -73,7 +74,7 @@ class ArchiveImport {
   ~ArchiveImport();
 
   UniqueFd take_input() { return std::move(helper_.input); }
-  int writer_pidfd() const { return helper_.pidfd.get(); }
+  int done_fd() const { return helper_.pidfd.get(); }
   Result<void> passed(std::string_view) { return {}; }  // the helper counts
   // After the helper exited: the number of entries extracted, or why not.
   Result<uint64_t> finish();

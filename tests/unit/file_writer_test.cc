@@ -76,8 +76,8 @@ TEST_F(FileWriterTest, CopiesItsInputIntoTheFile) {
 }
 
 // Once copying, the writer is an unprivileged, non-dumpable process in seccomp strict
-// mode holding only its two descriptors, the first OOM victim of its memory cgroup.
-TEST_F(FileWriterTest, RunsWithNothingButItsTwoDescriptors) {
+// mode holding only its three descriptors, the first OOM victim of its memory cgroup.
+TEST_F(FileWriterTest, RunsWithNothingButItsThreeDescriptors) {
   jail::CgroupEntry none;
   auto w = jail::spawn_file_writer(none, open_dest("out"), kUid, kGid);
   ASSERT_TRUE(w) << w.error().message();
@@ -102,7 +102,7 @@ TEST_F(FileWriterTest, RunsWithNothingButItsTwoDescriptors) {
   for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd"))
     fds.push_back(e.path().filename());
   std::sort(fds.begin(), fds.end());
-  EXPECT_EQ(fds, (std::vector<std::string>{"0", "1"}));
+  EXPECT_EQ(fds, (std::vector<std::string>{"0", "1", "2"}));  // 2: its status pipe
   w->input.reset();
   ASSERT_TRUE(wait_readable(w->pidfd.get(), 5000));
   EXPECT_TRUE(jail::reap_file_writer(w->pidfd.get()));
@@ -116,11 +116,29 @@ TEST_F(FileWriterTest, AFullDiskIsALimitError) {
   ASSERT_TRUE(w) << w.error().message();
   (void)::write(w->input.get(), "data", 4);
   w->input.reset();
-  ASSERT_TRUE(wait_readable(w->pidfd.get(), 5000));
-  auto r = jail::reap_file_writer(w->pidfd.get());
+  // Its status byte says so before its exit.
+  ASSERT_TRUE(wait_readable(w->status.get(), 5000));
+  bool reaped = false;
+  auto r = jail::file_writer_result(w->status.get(), w->pidfd.get(), reaped);
   ASSERT_FALSE(r);
+  EXPECT_FALSE(reaped);
   EXPECT_EQ(r.error().code, ErrorCode::limit);
   EXPECT_EQ(r.error().err, ENOSPC);
+  ASSERT_TRUE(wait_readable(w->pidfd.get(), 5000));
+  EXPECT_FALSE(jail::reap_file_writer(w->pidfd.get()));
+}
+
+TEST_F(FileWriterTest, AKilledWriterIsReapedToSayWhy) {
+  jail::CgroupEntry none;
+  auto w = jail::spawn_file_writer(none, open_dest("out"), kUid, kGid);
+  ASSERT_TRUE(w) << w.error().message();
+  ASSERT_EQ(::kill(w->pid, SIGKILL), 0);
+  ASSERT_TRUE(wait_readable(w->status.get(), 5000));  // EOF, no byte
+  bool reaped = false;
+  auto r = jail::file_writer_result(w->status.get(), w->pidfd.get(), reaped);
+  ASSERT_FALSE(r);
+  EXPECT_TRUE(reaped);
+  EXPECT_EQ(r.error().code, ErrorCode::limit);
 }
 
 TEST_F(FileWriterTest, NeverRunsAsRoot) {
