@@ -25,7 +25,7 @@
 
 namespace cela::api {
 
-inline constexpr std::size_t kBodyChunkBytes = 64 * 1024;
+inline constexpr std::size_t kBodyChunkBytes = 256 * 1024;
 
 class BodySink {
  public:

@@ -25,6 +25,7 @@ constexpr int kExitJoin = 200;      // a cgroup join failed
 constexpr int kExitSetup = 201;     // descriptors, ids or prctl
 constexpr int kExitSeccomp = 202;   // strict mode refused
 constexpr int kExitReadPipe = 203;  // reading its stdin failed
+constexpr int kPipeBytes = 256 * 1024;
 
 [[noreturn]] void leave(int code) {
   // exit(2), not exit_group: strict mode allows only the former (one thread anyway).
@@ -82,7 +83,7 @@ Result<pid_t> clone_into(const CgroupEntry& entry, int& pidfd, std::string_view 
     leave(kExitSetup);
   if (::prctl(PR_SET_SECCOMP, SECCOMP_MODE_STRICT, 0, 0, 0) != 0) leave(kExitSeccomp);
   // A copy of the cloning thread's stack: its pages are faulted in (and charged) here.
-  char buf[65536];
+  char buf[kPipeBytes];
   for (;;) {
     ssize_t n = ::read(0, buf, sizeof buf);
     if (n == 0) finish_with(0);
@@ -129,6 +130,9 @@ Result<FileWriterProcess> spawn_file_writer(const CgroupEntry& entry, UniqueFd d
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return sys_fail("pipe for a file writer");
   UniqueFd read_end(p[0]), write_end(p[1]);
+  // Room for one whole body chunk (api/body_sink.h): one write per chunk, and the writer
+  // copies one while the next is read. Best effort (the default 64 KiB works too).
+  (void)::fcntl(write_end.get(), F_SETPIPE_SZ, kPipeBytes);
   auto in = above(std::move(read_end), 2, "writer pipe");
   if (!in) return std::unexpected(in.error());
   auto out = above(std::move(dest), 2, "writer file");
