@@ -26,7 +26,7 @@ void add_admin_routes(RouteContext& ctx);
 void add_api_routes(RouteContext& ctx);
 
 // Authenticates per API.md: unix-socket peers with uid 0 act as the default tenant
-// with admin rights; TCP callers need `Authorization: Bearer <key>`.
+// with host admin rights; TCP callers need `Authorization: Bearer <key>`.
 Authenticator make_authenticator(RouteContext& ctx);
 
 // Helpers shared by the route files.

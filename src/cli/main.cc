@@ -8,13 +8,13 @@
 #include "cli/run_cmd.h"
 #include "cli/serve_cmd.h"
 #include "cli/template_cmd.h"
-#include "jail/init.h"
-#include "jail/result.h"
+#include "agent/init.h"
+#include "runtime/outcome.h"
 #include "session/upload.h"
 
 int main(int argc, char** argv) {
-  // A sandbox's init, re-executed by a multi-threaded host side (jail/init.h).
-  if (argc == 2 && std::string_view(argv[1]) == "__init") cela::jail::run_init_reexec(cela::jail::kReexecControlFd);
+  // A sandbox's init, re-executed by a multi-threaded host side (agent/init.h).
+  if (argc == 2 && std::string_view(argv[1]) == "__init") cela::agent::run_init_reexec(cela::agent::kReexecControlFd);
   // An archive import on a session's behalf, started by the daemon (session/upload.h).
   if (argc >= 2 && std::string_view(argv[1]) == cela::session::kTarImportCommand) cela::session::tar_import_main(argc, argv);
   CLI::App app{"cela: a sandbox for running untrusted, AI-generated code"};
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "cela: %s (see --help)\n", e.what());
-    return cela::jail::kExitUsage;
+    return cela::runtime::kExitUsage;
   }
   return exit_code;
 }
