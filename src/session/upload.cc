@@ -1,6 +1,7 @@
 #include "session/upload.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
 #include <sys/syscall.h>
@@ -164,6 +165,9 @@ void tar_import_main(int argc, char** argv) {
     answer({{"error", {{"code", to_string(e.code)}, {"err", e.err}, {"context", e.context}}}});
     ::_exit(0);
   };
+  // Not dumpable: nothing of the host's (or another process of the same ids) may read
+  // or trace it. execve made it dumpable again.
+  ::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   uid_t uid = 0;
   gid_t gid = 0;
   FsLimits limits;
