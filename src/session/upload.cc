@@ -123,42 +123,44 @@ Result<uint64_t> ArchiveImport::finish() {
 
 namespace {
 
-// The helper's own memory cgroup (it was born in its session's): limit and usage, from
-// /proc/self/cgroup (the host's cgroup namespace).
-std::optional<uint64_t> memory_headroom() {
-  std::string text;
-  if (auto t = read_file("/proc/self/cgroup"); t) text = *t;
-  auto number = [](const std::string& path) -> std::optional<uint64_t> {
-    auto t = read_file(path);
-    uint64_t v = 0;
-    if (!t) return std::nullopt;
-    std::string s(*t);
-    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;  // "max"
-    return v;
-  };
-  for (size_t pos = 0; pos < text.size();) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    std::string_view line(text.data() + pos, end - pos);
-    pos = end + 1;
-    std::optional<uint64_t> limit, usage;
-    if (auto i = line.find(":memory:"); i != std::string_view::npos) {
-      std::string dir = "/sys/fs/cgroup/memory" + std::string(line.substr(i + 8));
-      limit = number(dir + "/memory.limit_in_bytes");
-      usage = number(dir + "/memory.usage_in_bytes");
-    } else if (line.starts_with("0::") && !std::filesystem::exists("/sys/fs/cgroup/memory")) {
-      std::string dir = "/sys/fs/cgroup" + std::string(line.substr(3));
-      limit = number(dir + "/memory.max");
-      usage = number(dir + "/memory.current");
-    }
-    if (limit && usage) return *limit > *usage ? *limit - *usage : 0;
-  }
-  return std::nullopt;
+std::optional<uint64_t> read_count(const std::string& path) {
+  auto t = read_file(path);
+  if (!t) return std::nullopt;
+  std::string s(*t);
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  uint64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;  // "max"
+  return v;
 }
 
 }  // namespace
+
+std::optional<uint64_t> memory_headroom(std::string_view proc_cgroup, const std::string& cgroup_root) {
+  const bool v1 = std::filesystem::exists(cgroup_root + "/memory");
+  for (size_t pos = 0; pos < proc_cgroup.size();) {
+    size_t end = proc_cgroup.find('\n', pos);
+    if (end == std::string_view::npos) end = proc_cgroup.size();
+    std::string_view line = proc_cgroup.substr(pos, end - pos);
+    pos = end + 1;
+    std::string dir;
+    const char *limit_file = nullptr, *usage_file = nullptr;
+    if (auto i = line.find(":memory:"); v1 && i != std::string_view::npos) {
+      dir = cgroup_root + "/memory" + std::string(line.substr(i + 8));
+      limit_file = "/memory.limit_in_bytes", usage_file = "/memory.usage_in_bytes";
+    } else if (!v1 && line.starts_with("0::")) {
+      dir = cgroup_root + std::string(line.substr(3));
+      limit_file = "/memory.max", usage_file = "/memory.current";
+    } else {
+      continue;
+    }
+    auto limit = read_count(dir + limit_file);
+    auto usage = read_count(dir + usage_file);
+    if (limit && usage) return *limit > *usage ? *limit - *usage : 0;
+    return std::nullopt;  // no limit ("max"), or unreadable
+  }
+  return std::nullopt;
+}
 
 void tar_import_main(int argc, char** argv) {
   auto refuse = [](const Error& e) {
@@ -180,7 +182,8 @@ void tar_import_main(int argc, char** argv) {
     struct statfs st {};
     UploadRoom room;
     room.disk_free = ::fstatfs(3, &st) == 0 ? static_cast<uint64_t>(st.f_bavail) * st.f_bsize : UINT64_MAX;
-    room.memory_free = memory_headroom();
+    auto self = read_file("/proc/self/cgroup");
+    room.memory_free = self ? memory_headroom(*self, "/sys/fs/cgroup") : std::nullopt;
     return check_room(bytes, room);
   });
   std::string chunk(65536, '\0');

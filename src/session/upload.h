@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "common/error.h"
@@ -36,6 +37,11 @@ struct UploadRoom {
 // limit when `bytes` cannot fit in `room` (the message says which budget refuses);
 // pure, for the early refusal of a declared Content-Length.
 Result<void> check_room(uint64_t bytes, const UploadRoom& room);
+
+// Free memory under the memory limit of the cgroup a process is in, from its
+// /proc/PID/cgroup text and the cgroup mount (v1: the memory hierarchy; v2: the unified
+// one); nullopt when there is no limit. The archive import helper asks it of itself.
+std::optional<uint64_t> memory_headroom(std::string_view proc_cgroup, const std::string& cgroup_root);
 
 class Upload {
  public:

@@ -181,4 +181,28 @@ TEST(UploadRoom, RefusesWhatCannotFit) {
   EXPECT_TRUE(check_room(0, session::UploadRoom{0, 0}));
 }
 
+void write_text(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p) << text;
+}
+
+// The archive helper's own headroom, on a fake cgroupfs of either layout.
+TEST(MemoryHeadroom, ReadsTheCgroupTheProcessIsIn) {
+  fs::path root = fs::temp_directory_path() / ("cela-headroom-" + std::to_string(::getpid()));
+  // v1 (legacy or hybrid): the memory hierarchy's line.
+  write_text(root / "v1/memory/cela/s-1/memory.limit_in_bytes", "33554432\n");
+  write_text(root / "v1/memory/cela/s-1/memory.usage_in_bytes", "8388608\n");
+  const std::string v1_self = "12:pids:/cela/s-1\n4:memory:/cela/s-1\n0::/cela/s-1\n";
+  EXPECT_EQ(session::memory_headroom(v1_self, (root / "v1").string()), 25165824u);
+  // v2: the unified line; "max" is no limit.
+  write_text(root / "v2/cela/s-2/memory.max", "16777216\n");
+  write_text(root / "v2/cela/s-2/memory.current", "20000000\n");
+  EXPECT_EQ(session::memory_headroom("0::/cela/s-2\n", (root / "v2").string()), 0u);  // over: none left
+  write_text(root / "v2/cela/s-3/memory.max", "max\n");
+  write_text(root / "v2/cela/s-3/memory.current", "1\n");
+  EXPECT_EQ(session::memory_headroom("0::/cela/s-3\n", (root / "v2").string()), std::nullopt);
+  EXPECT_EQ(session::memory_headroom("0::/nowhere\n", (root / "v2").string()), std::nullopt);
+  fs::remove_all(root);
+}
+
 }  // namespace
