@@ -280,6 +280,11 @@ void Connection::close() {
   post([](Connection& c) { c.finish(); });
 }
 
+void Connection::accept_body(std::shared_ptr<BodySink> sink) {
+  if (core_.stopping.load()) return sink->abort(ApiError::capacity_exceeded("the server is stopping"));
+  post([sink = std::move(sink)](Connection& c) mutable { c.start_body(std::move(sink)); });
+}
+
 void Connection::log(std::string_view line) const {
   core_.log(line);
 }
@@ -297,6 +302,9 @@ void Connection::read_next_request() {
   version_ = 11;
   keep_alive_ = false;
   head_request_ = false;
+  stream_parser_.reset();
+  sink_.reset();
+  expect_continue_ = false;
 
   parser_.emplace();
   parser_->header_limit(core_.config.header_limit);
@@ -407,6 +415,17 @@ void Connection::route_request() {
   }
   parser_->body_limit(limit);  // enforced as chunks of a chunked body arrive
   request_ = std::move(req);
+  if (route_->options.streamed_body) {
+    // The handler decides before the body is read (api/body_sink.h); 100 Continue waits
+    // for its sink.
+    expect_continue_ = boost::beast::iequals(head[http::field::expect], "100-continue");
+    if (!parser_->is_done()) {
+      stream_parser_.emplace(std::move(*parser_));
+      parser_.reset();
+      stream_parser_->body_limit(limit);
+    }
+    return dispatch();
+  }
   if (parser_->is_done()) return dispatch();
 
   // Expect: 100-continue: the client holds the body back until told to send it, which
@@ -432,19 +451,23 @@ void Connection::read_body() {
                    [self = shared_from_this()](error_code ec, std::size_t) { self->on_body(ec); });
 }
 
-void Connection::on_body(error_code ec) {
-  disarm_read_deadline();
-  if (closed_) return;
+std::optional<ApiError> Connection::body_failure(error_code ec) const {
   if (read_timed_out_) {
     auto timeout = route_->options.body_timeout.value_or(core_.config.body_timeout);
-    return reject(
-        ApiError::request_timeout("request body not received within " + seconds_text(timeout)));
+    return ApiError::request_timeout("request body not received within " + seconds_text(timeout));
   }
   if (ec == http::error::body_limit) {
     std::size_t limit = route_->options.body_limit.value_or(core_.config.body_limit);
-    return reject(ApiError::payload_too_large("request body exceeds the limit of " +
-                                              std::to_string(limit) + " bytes"));
+    return ApiError::payload_too_large("request body exceeds the limit of " + std::to_string(limit) +
+                                       " bytes");
   }
+  return std::nullopt;
+}
+
+void Connection::on_body(error_code ec) {
+  disarm_read_deadline();
+  if (closed_) return;
+  if (auto failure = body_failure(ec)) return reject(*failure);
   if (ec == http::error::end_of_stream || ec == http::error::partial_message) return finish();
   if (is_http_parse_error(ec)) {
     return reject(ApiError::invalid_request("malformed request body: " + ec.message()));
@@ -476,6 +499,84 @@ void Connection::dispatch() {
   // that has not answered answers 500 from its destructor.
 }
 
+// ---- streamed bodies
+
+void Connection::start_body(std::shared_ptr<BodySink> sink) {
+  if (closed_ || sink_) return sink->abort(ApiError::invalid_request("the client went away"));
+  sink_ = std::move(sink);
+  sink_->begin(socket_.get_executor());
+  if (!stream_parser_ || stream_parser_->is_done()) return end_body();
+  if (!chunk_) chunk_ = std::make_unique<std::array<char, kBodyChunkBytes>>();
+  arm_read_deadline(route_->options.body_timeout.value_or(core_.config.body_timeout));
+  if (!expect_continue_) return read_chunk();
+  auto go_on = std::make_shared<http::response<http::empty_body>>(http::status::continue_, version_);
+  arm_write_deadline();
+  http::async_write(socket_, *go_on, [self = shared_from_this(), go_on](error_code ec, std::size_t) {
+    self->disarm_write_deadline();
+    if (ec) {
+      self->abort_body(ApiError::invalid_request("the client went away"));
+      return self->finish();
+    }
+    self->read_chunk();
+  });
+}
+
+void Connection::read_chunk() {
+  if (closed_ || !sink_) return;
+  if (read_timed_out_) return on_chunk({});
+  auto& body = stream_parser_->get().body();
+  body.data = chunk_->data();
+  body.size = chunk_->size();
+  http::async_read(socket_, buffer_, *stream_parser_,
+                   [self = shared_from_this()](error_code ec, std::size_t) { self->on_chunk(ec); });
+}
+
+void Connection::on_chunk(error_code ec) {
+  if (closed_ || !sink_) return;
+  if (ec == http::error::need_buffer) ec = {};  // the chunk buffer is full
+  if (auto failure = body_failure(ec)) return abort_body(*failure);
+  if (is_http_parse_error(ec) && ec != http::error::partial_message &&
+      ec != http::error::end_of_stream) {
+    return abort_body(ApiError::invalid_request("malformed request body: " + ec.message()));
+  }
+  if (ec) {
+    abort_body(ApiError::invalid_request("the client went away before the body was complete"));
+    return finish();
+  }
+  std::size_t n = chunk_->size() - stream_parser_->get().body().size;
+  if (n == 0) return on_chunk_taken(true);
+  sink_->write(std::string_view(chunk_->data(), n), [weak = weak_from_this()](bool more) {
+    if (auto c = weak.lock()) c->post([more](Connection& self) { self.on_chunk_taken(more); });
+  });
+}
+
+void Connection::on_chunk_taken(bool more) {
+  if (closed_ || !sink_) return;
+  if (!more) {
+    // The sink answered (or is answering): no more of the body is read, and the
+    // connection closes after the answer.
+    disarm_read_deadline();
+    sink_.reset();
+    return;
+  }
+  if (stream_parser_->is_done()) return end_body();
+  read_chunk();
+}
+
+void Connection::end_body() {
+  disarm_read_deadline();
+  auto sink = std::move(sink_);
+  sink_.reset();
+  sink->finish();
+}
+
+void Connection::abort_body(const ApiError& why) {
+  disarm_read_deadline();
+  auto sink = std::move(sink_);
+  sink_.reset();
+  if (sink) sink->abort(why);
+}
+
 // ---- answers
 
 void Connection::reject(const ApiError& error, const Headers& extra) {
@@ -488,6 +589,7 @@ void Connection::reject(const ApiError& error, const Headers& extra) {
 }
 
 bool Connection::body_unread() const {
+  if (stream_parser_) return !stream_parser_->is_done();
   return !parser_ || !parser_->is_header_done() || !parser_->is_done();
 }
 
@@ -675,6 +777,7 @@ void Connection::finish() {
     stream_.reset();
     run_callbacks(channel->end());
   }
+  if (sink_) abort_body(ApiError::invalid_request("the client went away"));
   request_slot_.reset();
   slot_.reset();
   // Drops the registry's reference; the handler running this holds another.

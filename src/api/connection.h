@@ -17,6 +17,7 @@
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/empty_body.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/parser.hpp>
@@ -29,6 +30,7 @@
 #include <string>
 #include <string_view>
 
+#include "api/body_sink.h"
 #include "api/connection_slots.h"
 #include "api/http_error.h"
 #include "api/request.h"
@@ -70,6 +72,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void kick_stream();
   void abort_stream();
   void close();
+  // A streamed route's body goes to `sink` (api/body_sink.h).
+  void accept_body(std::shared_ptr<BodySink> sink);
   bool is_closed() const { return closed_.load(); }
   void log(std::string_view line) const;
 
@@ -84,7 +88,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void route_request();
   void read_body();
   void on_body(boost::system::error_code ec);
+  // 408 after the body deadline, 413 past the route's body limit.
+  std::optional<ApiError> body_failure(boost::system::error_code ec) const;
   void dispatch();
+
+  // A streamed body, chunk by chunk into the sink.
+  void start_body(std::shared_ptr<BodySink> sink);
+  void read_chunk();
+  void on_chunk(boost::system::error_code ec);
+  void on_chunk_taken(bool more);
+  void end_body();
+  void abort_body(const ApiError& why);
 
   // Answers.
   void reject(const ApiError& error, const Headers& extra = {});
@@ -126,6 +140,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   boost::beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  // A streamed route's body: the header parser is converted to this one.
+  std::optional<http::request_parser<http::buffer_body>> stream_parser_;
+  std::shared_ptr<BodySink> sink_;
+  std::unique_ptr<std::array<char, kBodyChunkBytes>> chunk_;
+  bool expect_continue_ = false;
   boost::asio::steady_timer read_timer_;
   boost::asio::steady_timer write_timer_;
   boost::asio::steady_timer keepalive_timer_;

@@ -75,6 +75,12 @@ void Responder::raw(int status, std::string_view content_type, std::string body,
   if (auto c = connection_.lock()) c->send_response(std::move(response));
 }
 
+void Responder::accept_body(std::shared_ptr<BodySink> sink) {
+  auto c = connection_.lock();
+  if (!c) return sink->abort(ApiError::invalid_request("the client went away"));
+  c->accept_body(std::move(sink));
+}
+
 void Responder::no_content(Headers extra) {
   raw(204, {}, {}, std::move(extra));
 }

@@ -28,6 +28,7 @@
 #include <string>
 #include <string_view>
 
+#include "api/body_sink.h"
 #include "api/http_error.h"
 #include "api/request.h"
 #include "api/stream.h"
@@ -71,6 +72,10 @@ class Responder : public std::enable_shared_from_this<Responder> {
   // close-delimited body). Never null, as above.
   std::shared_ptr<ChunkedWriter> start_chunked(int status, std::string_view content_type,
                                                Headers extra = {});
+
+  // Streamed routes only (api/body_sink.h): the body goes to `sink`. Call at most once,
+  // before answering; the sink answers through this responder.
+  void accept_body(std::shared_ptr<BodySink> sink);
 
   bool responded() const { return responded_.load(); }
   // The connection is closed (the client left or the server is stopping).

@@ -254,6 +254,11 @@ const RouteDoc write_file{
     .operation_id = "writeFile",
     .tag = "files",
     .summary = "Upload a file (the raw body), owned by the sandbox's user",
+    .description =
+        "The body is streamed into the session and charged to it (its disk and memory "
+        "limits apply). A Content-Length over the upload limit or over what the session has "
+        "free is answered 413 before the body is read (without 100 Continue when the client "
+        "sent Expect: 100-continue). A write that runs out of room is 413 and leaves no file.",
     .params = {session_id(), file_path("the file to write"), file_path_b64(),
                query_param("mode", string_schema("octal, e.g. 0644 (at most 07777)"),
                            "permission bits"),
@@ -348,7 +353,9 @@ const RouteDoc import_archive{
     .operation_id = "importArchive",
     .tag = "files",
     .summary = "Extract a tar (the raw body) into a directory",
-    .description = "Absolute paths, .., device nodes and links that point out are refused.",
+    .description = "Absolute paths, .., device nodes and links that point out are refused. "
+                   "The tar is streamed and extracted inside the session's accounting: a "
+                   "Content-Length or an entry larger than the session has free is 413.",
     .params = {session_id(), file_path("the directory to extract into"), file_path_b64()},
     .body = {raw_body("application/x-tar", "a tar archive")},
     .responses = {json_response(200, "extracted", ref("ArchiveImported"))},

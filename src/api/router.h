@@ -42,6 +42,9 @@ struct RouteOptions {
   std::optional<std::size_t> body_limit;
   // Overrides ServerConfig::body_timeout (the whole body must arrive within it).
   std::optional<std::chrono::milliseconds> body_timeout;
+  // The handler runs before the body is read and takes it through a BodySink
+  // (api/body_sink.h) instead of Request::body.
+  bool streamed_body = false;
 
   RouteOptions& make_public() {
     public_route = true;
@@ -53,6 +56,10 @@ struct RouteOptions {
   }
   RouteOptions& with_body_timeout(std::chrono::milliseconds timeout) {
     body_timeout = timeout;
+    return *this;
+  }
+  RouteOptions& stream_body() {
+    streamed_body = true;
     return *this;
   }
 };

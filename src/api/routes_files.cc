@@ -1,4 +1,8 @@
 // Files (API.md "Files"): every path resolves inside the session root (SessionFs).
+#include <fcntl.h>
+
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/write.hpp>
 #include <boost/json.hpp>
 #include <charconv>
 
@@ -11,6 +15,7 @@
 
 namespace cela::api {
 namespace json = boost::json;
+namespace asio = boost::asio;
 using http::verb;
 
 namespace {
@@ -82,6 +87,103 @@ void fail_with(Responder& res, const Error& e, const std::string& session_id = {
   res.error(session_id.empty() ? a : a.with_session(session_id));
 }
 
+// PUT …/files and …/archive: the body streams into a process in the session (a file
+// writer or the archive import helper, session/upload.h), one chunk in flight, so the
+// daemon never holds the body and never owns the pages it becomes. `Intake` is
+// session::Upload or session::ArchiveImport; `render` turns its result into the answer.
+template <class Intake, class Render>
+class IntakeSink final : public BodySink, public std::enable_shared_from_this<IntakeSink<Intake, Render>> {
+ public:
+  IntakeSink(HttpServer& server, std::unique_ptr<Intake> intake, std::shared_ptr<Responder> out,
+             std::string session_id, Render render)
+      : server_(server),
+        intake_(std::move(intake)),
+        out_(std::move(out)),
+        session_id_(std::move(session_id)),
+        render_(std::move(render)) {}
+
+  void begin(const asio::any_io_executor& executor) override {
+    input_.emplace(executor, intake_->take_input().release());
+    exited_.emplace(executor, ::fcntl(intake_->done_fd(), F_DUPFD_CLOEXEC, 3));
+  }
+
+  void write(std::string_view chunk, std::function<void(bool)> next) override {
+    if (auto r = intake_->passed(chunk); !r) {
+      fail_with(*out_, r.error(), session_id_);
+      drop();
+      return next(false);
+    }
+    asio::async_write(*input_, asio::buffer(chunk),
+                      [self = this->shared_from_this(), next = std::move(next)](boost::system::error_code ec, size_t) {
+                        if (!self->intake_) return next(false);  // dropped meanwhile
+                        if (!ec) return next(true);
+                        // The process is gone (disk or memory full, a refused entry): its
+                        // exit says why.
+                        self->complete();
+                        next(false);
+                      });
+  }
+
+  void finish() override { complete(); }
+
+  void abort(const ApiError& why) override {
+    out_->error(why.with_session(session_id_));
+    drop();
+  }
+
+ private:
+  // End of input: once the process has exited, its result (a rename for a file) is
+  // taken on the blocking pool.
+  void complete() {
+    if (!intake_ || !exited_) return;
+    input_.reset();
+    exited_->async_wait(asio::posix::stream_descriptor::wait_read,
+                        [self = this->shared_from_this()](boost::system::error_code) {
+                          self->server_.post_blocking([self] {
+                            auto r = self->intake_->finish();
+                            if (!r) {
+                              fail_with(*self->out_, r.error(), self->session_id_);
+                            } else {
+                              auto [status, body] = self->render_(*r);
+                              self->out_->json(status, body);
+                            }
+                            self->intake_.reset();  // reaps the process, after the answer
+                          });
+                        });
+  }
+
+  // Kills the process (and removes an upload's temp file), off the strand.
+  void drop() {
+    input_.reset();
+    exited_.reset();
+    server_.post_blocking([intake = std::shared_ptr<Intake>(std::move(intake_))] {});
+  }
+
+  HttpServer& server_;
+  std::unique_ptr<Intake> intake_;
+  std::shared_ptr<Responder> out_;
+  std::string session_id_;
+  Render render_;
+  std::optional<asio::posix::stream_descriptor> input_, exited_;
+};
+
+template <class Intake, class Render>
+void accept_into(HttpServer& server, Responder& out, std::unique_ptr<Intake> intake, std::string session_id,
+                 Render render) {
+  auto responder = out.shared_from_this();
+  responder->accept_body(std::make_shared<IntakeSink<Intake, Render>>(server, std::move(intake), responder,
+                                                                      std::move(session_id), std::move(render)));
+}
+
+std::optional<uint64_t> content_length(const Request& req) {
+  auto v = req.header("Content-Length");
+  if (!v) return std::nullopt;
+  uint64_t n = 0;
+  auto [p, ec] = std::from_chars(v->data(), v->data() + v->size(), n);
+  if (ec != std::errc() || p != v->data() + v->size()) return std::nullopt;
+  return n;
+}
+
 }  // namespace
 
 void add_file_routes(RouteContext& ctx) {
@@ -102,15 +204,21 @@ void add_file_routes(RouteContext& ctx) {
     auto parents = req.query_flag("parents");
     if (!parents) return res.error(parents.error());
     options.make_parents = *parents;
-    with_fs(ctx, res, req, [path = *path, options, body = std::move(req.body)](session::SessionFs& fs, Responder& out) {
-      auto w = fs.write_file(path, body, options);
-      if (!w) return fail_with(out, w.error());
-      json::object o = path_json("path", w->path);
-      o["size"] = w->size;
-      o["sha256"] = w->sha256;
-      out.json(201, std::move(o));
+    // Opening the upload waits for the reactor, so it runs on the blocking pool; the
+    // body is read only once the session said the declared size fits.
+    ctx.server.post_blocking([&ctx, responder = res.shared_from_this(), caller = caller_of(req),
+                              id = std::string(req.param("id")), path = *path, options,
+                              declared = content_length(req)] {
+      auto up = ctx.sessions.open_upload(caller, id, path, options, declared);
+      if (!up) return fail_with(*responder, up.error(), id);
+      accept_into(ctx.server, *responder, std::move(*up), id, [](const session::WriteResult& w) {
+        json::object o = path_json("path", w.path);
+        o["size"] = w.size;
+        o["sha256"] = w.sha256;
+        return std::pair(201, json::value(std::move(o)));
+      });
     });
-  }, upload);
+  }, RouteOptions(upload).stream_body());
 
   r.add(verb::get, "/v1/sessions/{id}/files", docs::read_file, [&ctx](Request& req, Responder& res) {
     auto path = path_param(req);
@@ -223,19 +331,17 @@ void add_file_routes(RouteContext& ctx) {
   r.add(verb::put, "/v1/sessions/{id}/archive", docs::import_archive, [&ctx](Request& req, Responder& res) {
     auto path = path_param(req);
     if (!path) return res.error(path.error());
-    with_fs(ctx, res, req, [path = *path, body = std::move(req.body)](session::SessionFs& fs, Responder& out) {
-      bool given = false;
-      auto n = fs.import_tar(path, [&]() -> Result<std::string_view> {
-        if (given) return std::string_view();
-        given = true;
-        return std::string_view(body);
+    ctx.server.post_blocking([&ctx, responder = res.shared_from_this(), caller = caller_of(req),
+                              id = std::string(req.param("id")), path = *path, declared = content_length(req)] {
+      auto import = ctx.sessions.open_import(caller, id, path, declared);
+      if (!import) return fail_with(*responder, import.error(), id);
+      accept_into(ctx.server, *responder, std::move(*import), id, [path](uint64_t entries) {
+        json::object o = path_json("path", path);
+        o["entries"] = entries;
+        return std::pair(200, json::value(std::move(o)));
       });
-      if (!n) return fail_with(out, n.error());
-      json::object o = path_json("path", path);
-      o["entries"] = *n;
-      out.json(200, std::move(o));
     });
-  }, upload);
+  }, RouteOptions(upload).stream_body());
 }
 
 }  // namespace cela::api

@@ -17,7 +17,9 @@
 //   4. body, within body_timeout, at most the route's body limit: 408 / 413 (with
 //      Expect: 100-continue honoured only after 1-3 passed, so rejected uploads are never
 //      sent)
-//   5. handler; an exception becomes 500 `internal` with the request id
+//   5. handler; an exception becomes 500 `internal` with the request id. A streamed
+//      route's handler runs before step 4 and takes the body in bounded chunks through
+//      a BodySink (api/body_sink.h); 100 Continue waits for its sink.
 // An error answered before the body was read closes the connection after the answer.
 // Limits (api/connection_slots.h): `slots.total` open connections, the last
 // `slots.root_reserve` of them only for local root on the unix socket; `slots.per_peer`

@@ -10,10 +10,13 @@
 #include "cli/template_cmd.h"
 #include "agent/init.h"
 #include "runtime/outcome.h"
+#include "session/upload.h"
 
 int main(int argc, char** argv) {
   // A sandbox's init, re-executed by a multi-threaded host side (agent/init.h).
   if (argc == 2 && std::string_view(argv[1]) == "__init") cela::agent::run_init_reexec(cela::agent::kReexecControlFd);
+  // An archive import on a session's behalf, started by the daemon (session/upload.h).
+  if (argc >= 2 && std::string_view(argv[1]) == cela::session::kTarImportCommand) cela::session::tar_import_main(argc, argv);
   CLI::App app{"cela: a sandbox for running untrusted, AI-generated code"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "cela 0.1.0");

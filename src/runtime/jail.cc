@@ -11,6 +11,7 @@
 #include <map>
 
 #include "jail/cgroup.h"
+#include "jail/file_writer.h"
 #include "jail/sandbox.h"
 #include "jail/seccomp.h"
 #include "jail/userns.h"
@@ -177,6 +178,25 @@ class JailExec final : public Exec {
   void kill_alive() { *alive_ = false; }
 };
 
+class JailWriterLauncher final : public WriterLauncher {
+ public:
+  JailWriterLauncher(jail::CgroupEntry entry, UniqueFd userns) : entry_(std::move(entry)), userns_(std::move(userns)) {}
+  Result<FileWriter> start(UniqueFd dest, uint32_t uid, uint32_t gid) override {
+    auto w = jail::spawn_file_writer(entry_, std::move(dest), uid, gid);
+    if (!w) return std::unexpected(w.error());
+    return FileWriter{std::move(w->input), std::move(w->pidfd), std::move(w->status)};
+  }
+  Result<Helper> start_helper(const std::vector<std::string>& args, UniqueFd fd3) override {
+    auto h = jail::spawn_helper(entry_, userns_.get(), args, std::move(fd3));
+    if (!h) return std::unexpected(h.error());
+    return Helper{std::move(h->input), std::move(h->output), std::move(h->pidfd)};
+  }
+
+ private:
+  jail::CgroupEntry entry_;
+  UniqueFd userns_;
+};
+
 class JailInstance final : public Instance {
  public:
   JailInstance(std::unique_ptr<jail::Sandbox> sandbox, jail::UidSlot slot)
@@ -227,6 +247,15 @@ class JailInstance final : public Instance {
     UniqueFd fd(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!fd) return sys_fail("open " + root);
     return fd;
+  }
+  Result<std::unique_ptr<WriterLauncher>> writer_launcher() const override {
+    if (destroyed_) return fail(ErrorCode::gone, "the sandbox has ended");
+    auto entry = jail::cgroup_entry(sandbox_->cgroup());
+    if (!entry) return std::unexpected(entry.error());
+    std::string ns = "/proc/" + std::to_string(sandbox_->init_pid()) + "/ns/user";
+    UniqueFd userns(::open(ns.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!userns) return sys_fail("open " + ns);
+    return std::unique_ptr<WriterLauncher>(new JailWriterLauncher(std::move(*entry), std::move(userns)));
   }
   pid_t host_pid() const override { return sandbox_->init_pid(); }
   Result<UniqueFd> open_writable_layer() const override {
@@ -383,6 +412,11 @@ class JailBackend final : public Backend {
 };
 
 }  // namespace
+
+Result<void> file_writer_result(const FileWriter& writer, bool& reaped) {
+  return jail::file_writer_result(writer.status.get(), writer.pidfd.get(), reaped);
+}
+Result<int> reap_helper(int pidfd) { return jail::reap_pidfd(pidfd); }
 
 agent::ExecRequest to_exec_request(const ProcessSpec& spec) {
   agent::ExecRequest req;

@@ -102,6 +102,42 @@ class Exec {
   virtual bool release_if_empty() = 0;
 };
 
+// A process charged to the sandbox (its memory cgroup) that copies what is written to
+// `input` into one file the caller opened (jail/file_writer.h says how it is confined).
+// Close `input` to end it; `pidfd` is readable once it has exited, then
+// reap_file_writer() says whether every byte landed.
+struct FileWriter {
+  UniqueFd input;   // the write end of its stdin pipe
+  UniqueFd pidfd;
+  UniqueFd status;  // readable once it is done (file_writer_result)
+};
+
+// A program started on the sandbox's behalf: input is its stdin, output its stdout.
+struct Helper {
+  UniqueFd input, output, pidfd;
+};
+
+// Starts FileWriters and Helpers for one sandbox. Made on the reactor (Instance::writer_launcher),
+// used from any thread: it holds its own descriptors of the sandbox's cgroups, and a
+// sandbox that ended meanwhile makes start() or the writer fail, nothing worse.
+class WriterLauncher {
+ public:
+  virtual ~WriterLauncher() = default;
+  // `dest` is open for writing; the writer runs as the host ids uid/gid (never 0).
+  virtual Result<FileWriter> start(UniqueFd dest, uint32_t uid, uint32_t gid) = 0;
+  // `cela <args...>` as the sandbox's root in its user namespace and cgroups, `fd3` as
+  // its descriptor 3 (jail/file_writer.h spawn_helper): the archive import.
+  virtual Result<Helper> start_helper(const std::vector<std::string>& args, UniqueFd fd3) = 0;
+};
+
+// The wait status of an exited helper (once its pidfd is readable).
+Result<int> reap_helper(int pidfd);
+
+// Once its status is readable: ok, or why its bytes did not all land (limit for a full
+// disk or memory, gone when the sandbox ended first). `reaped` tells whether the
+// writer was reaped on the way (else reap it with reap_helper).
+Result<void> file_writer_result(const FileWriter& writer, bool& reaped);
+
 struct Teardown {
   uint64_t processes_killed = 0;
   bool cgroup_removed = false;
@@ -123,6 +159,8 @@ class Instance {
   virtual Result<UniqueFd> open_root() const = 0;
   // The writable layer (the overlay's upper dir) as a directory fd, for snapshots.
   virtual Result<UniqueFd> open_writable_layer() const = 0;
+  // Writers of files on the sandbox's behalf (files API uploads).
+  virtual Result<std::unique_ptr<WriterLauncher>> writer_launcher() const = 0;
   // Host pid of the sandbox's init.
   virtual pid_t host_pid() const = 0;
   // The host id that id `inside` maps to (files written on the sandbox's behalf), and

@@ -317,6 +317,8 @@ struct SessionFs::TarImport {
       done = directory(dir_fd, leaf, perm ? perm : 0755, name);
     else if (type == AE_IFLNK)
       done = symlink(dir_fd, leaf, symlink_target, name);
+    else if (fs.room_check_ && !(done = fs.room_check_(static_cast<uint64_t>(archive_entry_size(entry)))))
+      done = std::unexpected(with_prefix(done.error(), "tar entry '" + name + "': "));
     else
       done = file(dir_fd, leaf, perm, name);
     if (!done) return std::unexpected(done.error());

@@ -3,6 +3,8 @@
 // recovery.cc).
 #include "session/manager.h"
 
+#include <sys/statfs.h>
+
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -385,12 +387,9 @@ void SessionManager::remove(const Caller& caller, const std::string& id, Done<Se
   });
 }
 
-Result<std::shared_ptr<SessionFs>> SessionManager::files(const Caller& caller, const std::string& session_id) {
-  struct View {
-    UniqueFd root;
-    uint32_t uid = 0, gid = 0;
-  };
-  std::promise<Result<View>> promise;
+Result<SessionManager::FsView> SessionManager::fs_view(const Caller& caller, const std::string& session_id,
+                                                       bool for_upload, std::optional<uint64_t> declared) {
+  std::promise<Result<FsView>> promise;
   auto f = promise.get_future();
   // Waits for the reactor only (it never blocks on sandbox code).
   on_reactor([&] {
@@ -401,14 +400,103 @@ Result<std::shared_ptr<SessionFs>> SessionManager::files(const Caller& caller, c
     auto root = s.instance->open_root();
     if (!root) return promise.set_value(std::unexpected(root.error()));
     s.last_activity = Clock::now();
-    promise.set_value(View{std::move(*root), s.instance->host_id(s.tmpl.user.uid), s.instance->host_id(s.tmpl.user.gid)});
+    FsView view;
+    view.root = std::move(*root);
+    view.uid = s.instance->host_id(s.tmpl.user.uid);
+    view.gid = s.instance->host_id(s.tmpl.user.gid);
+    view.inside_uid = s.tmpl.user.uid;
+    view.inside_gid = s.tmpl.user.gid;
+    if (for_upload) {
+      if (!s.writers) {
+        auto writers = s.instance->writer_launcher();
+        if (!writers) return promise.set_value(std::unexpected(writers.error()));
+        s.writers = std::move(*writers);
+      }
+      view.writers = s.writers;
+      if (declared && *declared >= kMemoryCheckBytes) {
+        view.memory_limit = s.limits.memory_mb << 20;
+        if (auto st = s.instance->stats(); st) view.memory_current = st->memory_current_bytes;
+      }
+    }
+    promise.set_value(std::move(view));
   });
-  auto view = f.get();
-  if (!view) return std::unexpected(view.error());
+  return f.get();
+}
+
+FsLimits SessionManager::fs_limits() const {
   FsLimits limits;
   limits.max_file_bytes = config_.max_upload_bytes;
   limits.max_archive_bytes = config_.max_upload_bytes;
-  return std::make_shared<SessionFs>(std::move(view->root), view->uid, view->gid, limits);
+  return limits;
+}
+
+Result<std::shared_ptr<SessionFs>> SessionManager::files(const Caller& caller, const std::string& session_id) {
+  auto view = fs_view(caller, session_id, false);
+  if (!view) return std::unexpected(view.error());
+  return std::make_shared<SessionFs>(std::move(view->root), view->uid, view->gid, fs_limits());
+}
+
+Result<void> SessionManager::check_declared(const FsView& view, const std::string& path,
+                                           std::optional<uint64_t> declared) const {
+  if (!declared) return {};
+  if (*declared > config_.max_upload_bytes)
+    return fail(ErrorCode::limit, "larger than " + std::to_string(config_.max_upload_bytes) + " bytes: " + path);
+  // The writable layer is a tmpfs: free blocks of the overlay's upper, and its pages
+  // count against the session's memory limit.
+  struct statfs fs {};
+  if (::fstatfs(view.root.get(), &fs) != 0) return sys_fail("statfs the session root");
+  UploadRoom room;
+  room.disk_free = static_cast<uint64_t>(fs.f_bavail) * static_cast<uint64_t>(fs.f_bsize);
+  if (view.memory_limit)
+    room.memory_free = view.memory_limit > view.memory_current ? view.memory_limit - view.memory_current : 0;
+  return check_room(*declared, room);
+}
+
+Result<std::unique_ptr<Upload>> SessionManager::open_upload(const Caller& caller, const std::string& session_id,
+                                                            const std::string& path, const WriteOptions& options,
+                                                            std::optional<uint64_t> declared_bytes) {
+  if (declared_bytes && *declared_bytes > config_.max_upload_bytes)
+    return fail(ErrorCode::limit, "file larger than " + std::to_string(config_.max_upload_bytes) + " bytes: " + path);
+  auto view = fs_view(caller, session_id, true, declared_bytes);
+  if (!view) return std::unexpected(view.error());
+  if (auto r = check_declared(*view, path, declared_bytes); !r) return std::unexpected(r.error());
+  SessionFs fs(std::move(view->root), view->uid, view->gid, fs_limits());
+  auto file = fs.open_upload(path, options);
+  if (!file) return std::unexpected(file.error());
+  auto fd = file->hand_over();
+  if (!fd) return std::unexpected(fd.error());
+  auto writer = view->writers->start(std::move(*fd), view->uid, view->gid);
+  if (!writer) return std::unexpected(writer.error());
+  return std::make_unique<Upload>(std::move(*file), std::move(*writer));
+}
+
+Result<std::unique_ptr<ArchiveImport>> SessionManager::open_import(const Caller& caller, const std::string& session_id,
+                                                                   const std::string& path,
+                                                                   std::optional<uint64_t> declared_bytes) {
+  if (declared_bytes && *declared_bytes > config_.max_upload_bytes)
+    return fail(ErrorCode::limit, "archive larger than " + std::to_string(config_.max_upload_bytes) + " bytes");
+  auto view = fs_view(caller, session_id, true, declared_bytes);
+  if (!view) return std::unexpected(view.error());
+  if (auto r = check_declared(*view, path, declared_bytes); !r) return std::unexpected(r.error());
+  // A missing or wrong target is answered before the body.
+  auto root = ::fcntl(view->root.get(), F_DUPFD_CLOEXEC, 3);
+  if (root < 0) return sys_fail("dup the session root");
+  SessionFs fs(UniqueFd(root), view->uid, view->gid, fs_limits());
+  auto st = fs.stat(path);
+  if (!st) return std::unexpected(st.error());
+  if (st->type != "dir" && st->type != "symlink")
+    return fail(ErrorCode::invalid_argument, "not a directory: " + path);
+  FsLimits limits = fs_limits();
+  std::vector<std::string> args{kTarImportCommand,
+                                path,
+                                std::to_string(view->inside_uid),
+                                std::to_string(view->inside_gid),
+                                std::to_string(limits.max_archive_bytes),
+                                std::to_string(limits.max_archive_entries),
+                                std::to_string(limits.max_depth)};
+  auto helper = view->writers->start_helper(args, std::move(view->root));
+  if (!helper) return std::unexpected(helper.error());
+  return std::make_unique<ArchiveImport>(std::move(*helper));
 }
 
 }  // namespace cela::session

@@ -46,6 +46,7 @@
 #include "session/tenants.h"
 #include "session/session_fs.h"
 #include "session/types.h"
+#include "session/upload.h"
 #include "store/store.h"
 
 namespace cela::session {
@@ -110,6 +111,19 @@ class SessionManager {
 
   // A path-safe view of the session's filesystem (files API).
   Result<std::shared_ptr<SessionFs>> files(const Caller& caller, const std::string& session_id);
+  // A streamed upload of `path` (session/upload.h): the temp file is created and the
+  // writer started in the session's cgroups. declared_bytes (Content-Length): limit when
+  // it is over max_upload_bytes or what the session has free (disk, memory headroom), so
+  // the body need not be read. Waits for the reactor only.
+  Result<std::unique_ptr<Upload>> open_upload(const Caller& caller, const std::string& session_id,
+                                              const std::string& path, const WriteOptions& options,
+                                              std::optional<uint64_t> declared_bytes);
+
+  // A streamed archive import into the existing directory `path` (session/upload.h):
+  // the directory is checked and the size refused as for open_upload, then the helper
+  // is started in the session. Waits for the reactor only.
+  Result<std::unique_ptr<ArchiveImport>> open_import(const Caller& caller, const std::string& session_id,
+                                                     const std::string& path, std::optional<uint64_t> declared_bytes);
 
   int64_t live_sessions() const { return live_count_.load(); }
   // True when no create could be admitted now (readyz).
@@ -146,6 +160,23 @@ class SessionManager {
   void maybe_finish(ExecState& e);
   void retry_unrecorded();
   void arm_retention();
+
+  // What the files API needs of a live session, taken on the reactor.
+  struct FsView {
+    UniqueFd root;
+    uint32_t uid = 0, gid = 0;                // host ids of the sandbox's user
+    uint32_t inside_uid = 0, inside_gid = 0;  // the same, as the sandbox sees them
+    uint64_t memory_limit = 0, memory_current = 0;     // uploads of kMemoryCheckBytes or more
+    std::shared_ptr<runtime::WriterLauncher> writers;  // uploads only
+  };
+  // for_upload: also the writers, and the memory usage when `declared` is large enough
+  // for it to matter (reading the cgroup's statistics costs more than a small upload).
+  Result<FsView> fs_view(const Caller& caller, const std::string& session_id, bool for_upload,
+                         std::optional<uint64_t> declared = std::nullopt);
+  static constexpr uint64_t kMemoryCheckBytes = 1 << 20;
+  FsLimits fs_limits() const;
+  // limit when `declared` cannot fit (max_upload_bytes, free disk, memory headroom).
+  Result<void> check_declared(const FsView& view, const std::string& path, std::optional<uint64_t> declared) const;
 
   DaemonConfig config_;
   store::Store& store_;

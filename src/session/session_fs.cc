@@ -79,6 +79,7 @@ struct FileUpload::State {
   std::string path;  // as requested, for results and errors
   uint64_t size = 0;
   uint64_t max_bytes = 0;
+  bool handed_over = false;  // another process writes `file`; append() only counts
   Sha256 hash;
 
   void discard() {
@@ -102,13 +103,24 @@ Result<void> FileUpload::append(std::string_view chunk) {
     return fail(ErrorCode::limit,
                 "file larger than " + std::to_string(s.max_bytes) + " bytes: " + s.path);
   }
-  if (auto r = write_all(s.file.get(), chunk, "write " + s.path); !r) {
-    s.discard();
-    return r;
+  if (!s.handed_over) {
+    if (auto r = write_all(s.file.get(), chunk, "write " + s.path); !r) {
+      s.discard();
+      return r;
+    }
   }
   s.size += chunk.size();
   s.hash.update(chunk);
   return {};
+}
+
+std::string_view FileUpload::path() const { return state_ ? std::string_view(state_->path) : std::string_view(); }
+
+Result<UniqueFd> FileUpload::hand_over() {
+  if (!state_ || state_->temp.empty() || state_->handed_over)
+    return fail(ErrorCode::internal, "upload already finished or handed over");
+  state_->handed_over = true;
+  return std::move(state_->file);
 }
 
 Result<WriteResult> FileUpload::commit() {

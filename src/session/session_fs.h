@@ -116,6 +116,12 @@ class FileUpload {
 
   // limit (and the temp file removed) once the total passes max_file_bytes.
   Result<void> append(std::string_view chunk);
+  // Hands the temp file's fd (write-only) to another writer, a process charged to the
+  // session (session/upload.h). From then on append() only counts and hashes what that
+  // writer is given; commit() and dropping work as before.
+  Result<UniqueFd> hand_over();
+  // The path as requested.
+  std::string_view path() const;
   // Atomically replaces the target (rename(2): a symlink there is replaced, not followed;
   // a directory there is invalid_argument). Call once.
   Result<WriteResult> commit();
@@ -190,6 +196,10 @@ class SessionFs {
   // stay.
   Result<uint64_t> import_tar(std::string_view dir,
                               const std::function<Result<std::string_view>()>& source);
+  // Asked before import_tar writes a regular file of the given size: an error refuses
+  // the entry (the archive import helper checks its session's free disk and memory, so
+  // a file that cannot fit fails cleanly instead of meeting the OOM killer).
+  void set_room_check(std::function<Result<void>(uint64_t bytes)> check) { room_check_ = std::move(check); }
 
  private:
   struct ParentDir {
@@ -217,6 +227,7 @@ class SessionFs {
   gid_t owner_gid_;
   FsLimits limits_;
   std::vector<std::string> writable_roots_;
+  std::function<Result<void>(uint64_t)> room_check_;
 };
 
 }  // namespace cela::session

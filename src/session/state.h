@@ -61,6 +61,8 @@ struct Session {
   std::vector<std::string> env;
   bool allow_sudo = false;
   std::unique_ptr<runtime::Instance> instance;
+  // Made on the first upload and kept (its cgroup descriptors are opened once).
+  std::shared_ptr<runtime::WriterLauncher> writers;
   std::map<std::string, std::shared_ptr<ExecState>> execs;
   std::unique_ptr<boost::asio::steady_timer> timer;
   Clock::time_point expires, last_activity;
