@@ -54,6 +54,7 @@ int run(const DaemonOptions& o) {
   if (!o.socket.empty()) config.socket_path = o.socket;
   if (!o.state_dir.empty()) config.state_dir = o.state_dir;
   if (o.max_sessions > 0) config.max_sessions = o.max_sessions;
+  if (o.dev) config.dev_mode = true;
 
   api::ServerConfig server_config;
   server_config.unix_socket_path = config.socket_path;
@@ -144,6 +145,7 @@ int run(const DaemonOptions& o) {
               config.listen.empty() ? "" : (" and http://" + server_config.tcp_host + ":" +
                                             std::to_string(server.tcp_port()))
                                                .c_str());
+  if (config.dev_mode) std::printf("cela: dev mode: dev-only templates (host) are open to local root\n");
   std::fflush(stdout);
   int sig = 0;
   ::sigwait(&stop, &sig);
