@@ -12,8 +12,9 @@
 #include "runtime/outcome.h"
 
 int main(int argc, char** argv) {
-  // A sandbox's init, re-executed by a multi-threaded host side (agent/init.h).
-  if (argc == 2 && std::string_view(argv[1]) == "__init") cela::agent::run_init_reexec(cela::agent::kReexecControlFd);
+  // A sandbox's init, re-executed from the sealed init image (agent/init.h).
+  if (argc == 1 && std::string_view(argv[0]) == cela::agent::kInitArgv0)
+    cela::agent::run_init_reexec(cela::agent::kReexecControlFd);
   CLI::App app{"cela: a sandbox for running untrusted, AI-generated code"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "cela 0.1.0");

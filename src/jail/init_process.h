@@ -1,0 +1,25 @@
+// What the host does to a sandbox's init process itself: the image it is executed
+// from.
+//
+// Init image. Init never runs from the host's cela binary: an exec's first execve
+// runs in init's memory, where /proc/self/exe would be the host file (runc's
+// CVE-2019-5736). Init is executed instead from a sealed memfd holding a copy of the
+// loadable part of cela (the ELF segments; no debug sections), mode 0111: runnable,
+// not readable by anyone inside, immutable (write, grow, shrink and seal sealed). The
+// unreadable image also decides who owns init's /proc entries: the kernel moves the
+// mm of a process whose executable it cannot read to the nearest user namespace that
+// owns the file (would_dump(), fs/exec.c), here the host's, so /proc/1/* belongs to
+// host root and sandbox root can neither write oom_score_adj, coredump_filter or
+// clear_refs, nor list init's fds, nor open /proc/1/exe. One copy per host process
+// (the daemon makes it once), shared by every sandbox it starts.
+#pragma once
+
+#include "common/error.h"
+
+namespace cela::jail {
+
+// The sealed image of this process's own executable, made on first use; the fd stays
+// open (close-on-exec) for the life of the process. Thread-safe.
+Result<int> sealed_init_image();
+
+}  // namespace cela::jail
