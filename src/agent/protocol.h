@@ -48,8 +48,8 @@ MessageType message_type(std::string_view name);
 
 // The steps an exec can fail at before its execve succeeds, shared by both ends (the
 // host words the failure from the step: ENOENT at execve is "command not found").
-enum class ExecStep { request, pipe, cgroup, setsid, stdio, rlimit, caps, ids, chdir, no_new_privs, seccomp, execve,
-                      unknown };
+enum class ExecStep { request, pipe, cgroup, oom_score, setsid, stdio, rlimit, caps, ids, chdir, no_new_privs, seccomp,
+                      execve, unknown };
 std::string_view to_string(ExecStep step);
 ExecStep exec_step(std::string_view name);
 

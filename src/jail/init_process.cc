@@ -2,9 +2,11 @@
 
 #include <elf.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -99,6 +101,25 @@ Result<int> sealed_init_image() {
     image = std::move(*built);
   }
   return image.get();
+}
+
+bool can_protect_init_from_oom() {
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3]{};
+  if (::syscall(SYS_capget, &header, data) != 0) return false;
+  return data[CAP_TO_INDEX(CAP_SYS_RESOURCE)].effective & CAP_TO_MASK(CAP_SYS_RESOURCE);
+}
+
+Result<void> protect_init_from_oom(pid_t pid) {
+  // OOM_DISABLE (-17) in the legacy file is OOM_SCORE_ADJ_MIN (-1000) in the new one;
+  // only the new file also lowers the inherited floor, which would let every exec
+  // make itself unkillable.
+  auto r = write_file("/proc/" + std::to_string(pid) + "/oom_adj", "-17");
+  // Lowering a score takes CAP_SYS_RESOURCE, which root lacks in some containers.
+  // Init then keeps cela's own score, and only the execs' raised one (agent/spawn.cc)
+  // makes their processes the victims.
+  if (!r && (r.error().err == EACCES || r.error().err == EPERM) && !can_protect_init_from_oom()) return {};
+  return r;
 }
 
 }  // namespace cela::jail

@@ -117,6 +117,7 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
   child_end.reset();
 
   // From here on, a failure leaves a child to kill: ~Sandbox() does it.
+  if (auto r = protect_init_from_oom(pid); !r) return std::unexpected(r.error());
   if (auto r = write_id_maps(pid, spec.host_uid_base); !r) return std::unexpected(r.error());
   if (::send(sb->control_fd(), "m", 1, MSG_NOSIGNAL) != 1) return sys_fail("signal id maps to init");
   json::object config = message(MessageType::config, {{"hostname", spec.hostname}, {"shm_bytes", spec.rootfs.shm_bytes}});
