@@ -120,7 +120,8 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
   if (auto r = protect_init_from_oom(pid); !r) return std::unexpected(r.error());
   if (auto r = write_id_maps(pid, spec.host_uid_base); !r) return std::unexpected(r.error());
   if (::send(sb->control_fd(), "m", 1, MSG_NOSIGNAL) != 1) return sys_fail("signal id maps to init");
-  json::object config = message(MessageType::config, {{"hostname", spec.hostname}, {"shm_bytes", spec.rootfs.shm_bytes}});
+  const RootfsSpec rootfs = fit_tmpfs_to_memory(spec.rootfs, spec.limits.memory_bytes);
+  json::object config = message(MessageType::config, {{"hostname", spec.hostname}, {"shm_bytes", rootfs.shm_bytes}});
   if (auto r = send_message(sb->control_fd(), config, {seccomp_fd.get()}); !r) return std::unexpected(r.error());
   seccomp_fd.reset();
   if (auto r = send_message(sb->control_fd(), message(MessageType::maps), attach); !r) return std::unexpected(r.error());
@@ -129,7 +130,7 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
     std::string userns_path = "/proc/" + std::to_string(pid) + "/ns/user";
     UniqueFd userns(::open(userns_path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!userns) return sys_fail("open " + userns_path);
-    auto mounts = prepare_rootfs(spec.rootfs, userns.get(), spec.host_uid_base);
+    auto mounts = prepare_rootfs(rootfs, userns.get(), spec.host_uid_base);
     if (!mounts) return std::unexpected(mounts.error());
     sb->upper_ = std::move(mounts->upper);
     json::array targets;

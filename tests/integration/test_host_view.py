@@ -229,7 +229,7 @@ def test_in_dev_mode_only_local_root_gets_the_host_template(how):
         d.close()
 
 
-# ---- OOM ------------------------------------------------------------------------
+# ---- OOM and a full disk ------------------------------------------------------------
 
 # Memory that is in no process's RSS (a memfd's pages): the OOM killer, choosing by
 # size, would pick init (a few MB resident) over dd (one).
@@ -249,4 +249,27 @@ def test_after_an_oom_kill_the_session_stays_usable(session):
     rec = s.run(["python3", "-c", MEMFD_HOG])
     assert rec["state"] == "oom_killed", rec
     assert s.run(["echo", "again"])["stdout"] == "again\n"
+    assert s.state() == "ready" and init_host_pid(s.id) == pid
+
+
+@pytest.mark.usefixtures("runner")
+@pytest.mark.parametrize("where,memory", [("/tmp/fill", "128m"), ("/dev/shm/fill", "64m")])
+def test_filling_a_tmpfs_gives_enospc_to_the_writer(where, memory):
+    # The writable layer (512 MiB asked) and /dev/shm (64 MiB by default) are larger
+    # than the memory limit their pages count against: the writer must hit ENOSPC,
+    # not the OOM killer (nor kill init).
+    p = run(["sh", "-c", f"dd if=/dev/zero of={where} bs=1M; echo survived"],
+            opts=["--memory", memory, "--disk", "512m"])
+    assert "No space left on device" in p.stderr, (p.returncode, p.stderr)
+    assert p.stdout.strip().endswith("survived") and p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+
+
+def test_after_filling_the_disk_the_session_stays_usable(session):
+    s = session(limits={"memory_mb": 128, "disk_mb": 512})
+    pid = init_host_pid(s.id)
+    rec = s.run(["dd", "if=/dev/zero", "of=/tmp/fill", "bs=1M"])
+    assert rec["state"] == "exited" and "No space left on device" in rec["stderr"], rec
+    # The full disk stays full; processes still have their memory.
+    assert s.run(["python3", "-c", "b = bytearray(32 << 20); print('ok')"])["stdout"] == "ok\n"
+    assert s.run(["rm", "/tmp/fill"])["exit_code"] == 0
     assert s.state() == "ready" and init_host_pid(s.id) == pid

@@ -1,4 +1,5 @@
-// The sealed init image (jail/init_process.h): checked without starting a sandbox.
+// The sealed init image (jail/init_process.h) and the tmpfs budget of a sandbox
+// (jail/mounts.h): pure host-side pieces, checked without starting a sandbox.
 #include <elf.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -8,9 +9,12 @@
 #include <string>
 
 #include "jail/init_process.h"
+#include "jail/mounts.h"
 
 namespace cela::jail {
 namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
 
 std::string read_range(int fd, off_t offset, size_t size) {
   std::string out(size, '\0');
@@ -66,6 +70,38 @@ TEST(InitImage, IsOneSealedExecuteOnlyCopyOfTheLoadableImage) {
     EXPECT_EQ(copied.e_shoff, 0u) << "trimmed, yet section headers are named";
   }
   ::close(self);
+}
+
+TEST(TmpfsBudget, NoMemoryLimitLeavesTheSpecAlone) {
+  RootfsSpec spec;
+  spec.disk_bytes = 10ull << 30;
+  auto fitted = fit_tmpfs_to_memory(spec, 0);
+  EXPECT_EQ(fitted.disk_bytes, spec.disk_bytes);
+  EXPECT_EQ(fitted.shm_bytes, spec.shm_bytes);
+}
+
+TEST(TmpfsBudget, DiskAndShmLeaveAReserveForProcesses) {
+  struct Case {
+    uint64_t memory, disk, shm, want_disk, want_shm;
+  };
+  for (Case c : {
+           // 512 MiB: reserve 64, room 448; the default 1 GiB disk becomes 384.
+           Case{512 * kMiB, 1024 * kMiB, 64 * kMiB, 384 * kMiB, 64 * kMiB},
+           // A small disk is kept as asked.
+           Case{512 * kMiB, 100 * kMiB, 64 * kMiB, 100 * kMiB, 64 * kMiB},
+           // 128 MiB: reserve 64 (half), room 64: shm a quarter of it.
+           Case{128 * kMiB, 1024 * kMiB, 64 * kMiB, 48 * kMiB, 16 * kMiB},
+           // 8 GiB: reserve an eighth (1 GiB).
+           Case{8192 * kMiB, 16384 * kMiB, 64 * kMiB, 7104 * kMiB, 64 * kMiB},
+       }) {
+    RootfsSpec spec;
+    spec.disk_bytes = c.disk;
+    spec.shm_bytes = c.shm;
+    auto fitted = fit_tmpfs_to_memory(spec, c.memory);
+    EXPECT_EQ(fitted.disk_bytes, c.want_disk) << c.memory / kMiB << " MiB";
+    EXPECT_EQ(fitted.shm_bytes, c.want_shm) << c.memory / kMiB << " MiB";
+    EXPECT_LE(fitted.disk_bytes + fitted.shm_bytes + std::min<uint64_t>(64 * kMiB, c.memory / 2), c.memory);
+  }
 }
 
 }  // namespace
