@@ -153,7 +153,12 @@ std::vector<int> with_seccomp_loader(const std::vector<int>& caps) {
   ::syscall(SYS_close_range, 4, ~0U, 0);
 
   rlimit core{0, 0};
-  rlimit nofile{req.nofile, req.nofile};
+  // Never above the hard limit this init inherited from the daemon: raising it needs
+  // CAP_SYS_RESOURCE in the host's user namespace, so asking for more fails the exec.
+  rlimit inherited{};
+  rlim_t granted = req.nofile;
+  if (::getrlimit(RLIMIT_NOFILE, &inherited) == 0 && inherited.rlim_max < granted) granted = inherited.rlim_max;
+  rlimit nofile{granted, granted};
   rlimit fsize{req.fsize_bytes ? req.fsize_bytes : RLIM_INFINITY, req.fsize_bytes ? req.fsize_bytes : RLIM_INFINITY};
   rlimit stack{8u << 20, RLIM_INFINITY};
   if (::setrlimit(RLIMIT_CORE, &core) || ::setrlimit(RLIMIT_NOFILE, &nofile) || ::setrlimit(RLIMIT_FSIZE, &fsize) ||

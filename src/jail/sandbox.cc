@@ -208,7 +208,8 @@ Result<Message> Sandbox::next_event() {
     pending_.pop_front();
     return m;
   }
-  return recv_message(control_fd());
+  // A `started` whose pipes the daemon had no room for still names its exec.
+  return recv_message(control_fd(), true);
 }
 
 void Sandbox::kill() {

@@ -54,7 +54,7 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   JsonFields f(o);
   ONLY(f, "state_dir", "templates_dir", "socket", "listen", "default_template", "max_sessions", "output_cap_bytes",
        "max_body_bytes", "max_upload_bytes", "http_threads", "blocking_threads", "defaults", "maxima", "tenant_quotas",
-       "output_retention", "stdin_timeout_s", "uid_slots", "launcher_threads", "dev_mode");
+       "output_retention", "stdin_timeout_s", "uid_slots", "launcher_threads", "exec_nofile", "connections", "dev_mode");
   TAKE(f, "state_dir", c.state_dir);
   TAKE(f, "templates_dir", c.templates_dir);
   TAKE(f, "socket", c.socket_path);
@@ -69,6 +69,7 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   TAKE(f, "stdin_timeout_s", c.stdin_timeout_s);
   TAKE(f, "uid_slots", c.uid_slots);
   TAKE(f, "launcher_threads", c.launcher_threads);
+  TAKE(f, "exec_nofile", c.exec_nofile);
   if (auto v = f.boolean("dev_mode"); !v) return config_error(v.error());
   else if (*v) c.dev_mode = **v;
 
@@ -118,6 +119,23 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
     ONLY(s, "days");
     TAKE(s, "days", c.output_retention_days);
   }
+  auto conn = section("connections");
+  if (!conn) return std::unexpected(conn.error());
+  if (*conn) {
+    const JsonFields& s = **conn;
+    ONLY(s, "max_total", "per_peer", "per_key", "root_reserve", "reserve_fds", "header_timeout_s", "idle_timeout_s");
+    TAKE(s, "max_total", c.connections.max_total);
+    TAKE(s, "per_peer", c.connections.per_peer);
+    TAKE(s, "per_key", c.connections.per_key);
+    TAKE(s, "root_reserve", c.connections.root_reserve);
+    TAKE(s, "reserve_fds", c.connections.reserve_fds);
+    TAKE(s, "header_timeout_s", c.connections.header_timeout_s);
+    TAKE(s, "idle_timeout_s", c.connections.idle_timeout_s);
+  }
+  for (double t : {c.connections.header_timeout_s, c.connections.idle_timeout_s})
+    if (!(t > 0 && t <= 3600))
+      return fail(ErrorCode::invalid_argument, "config: connections timeouts must be in (0, 3600] seconds");
+  if (c.exec_nofile < 16) return fail(ErrorCode::invalid_argument, "config: exec_nofile must be >= 16");
   if (c.uid_slots < 1 || c.uid_slots > 4096) return fail(ErrorCode::invalid_argument, "config: uid_slots must be 1..4096");
   if (c.output_retention_days < 0)
     return fail(ErrorCode::invalid_argument, "config: output_retention.days must be >= 0");
