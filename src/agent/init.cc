@@ -92,7 +92,6 @@ Result<void> setup_rootfs(const InitConfig& config, Message go) {
   ::close(devnull);
   // Sandbox code (even as ns-root) must not ptrace or read the memory of init.
   if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) return sys_fail("prctl dumpable");
-  ::prctl(PR_SET_NAME, "cela-init", 0, 0, 0);
   return {};
 }
 
@@ -212,6 +211,8 @@ void run_init(const InitConfig& config) {
 
 void run_init_reexec(int control_fd) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  // execveat of an fd names the process after the fd number: give it its name first.
+  ::prctl(PR_SET_NAME, kInitArgv0, 0, 0, 0);
   auto msg = recv_message(control_fd);
   if (!msg) ::_exit(1);
   if (msg->type() != MessageType::config) setup_failed(control_fd, Error{ErrorCode::internal, 0, "expected config message"});

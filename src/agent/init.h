@@ -1,6 +1,6 @@
 // The sandbox's pid 1.
 //
-// run_init() is what the cloned child runs. It finishes the sandbox from the inside
+// run_init() is what the re-executed child runs. It finishes the sandbox from the inside
 // (becomes user-namespace root, makes its mounts private, sets the hostname, brings
 // loopback up, receives the prepared root filesystem from the host and pivots into
 // it), then serves the control protocol (agent/protocol.h): it starts execs on request
@@ -24,16 +24,19 @@ struct InitConfig {
   const SeccompProgram* seccomp = nullptr;  // compiled by the host side before clone
 };
 
-// The cloned child runs this directly when the host side is single-threaded.
+// Init's work once it has its config (run_init_reexec reads it).
 [[noreturn]] void run_init(const InitConfig& config);
 
-// Entry of `cela __init` (the child re-executed itself, as a multi-threaded host side
-// must: after clone only async-signal-safe calls are allowed until execve). The
-// first message on `control_fd` is `config` {hostname, shm_bytes} carrying the seccomp
+// Entry of every init: the cloned child re-executes cela from the sealed init image
+// (jail/init_process.h) with argv = {kInitArgv0} and an empty environment, so nothing
+// of the host binary, its command line or its environment shows inside. The first
+// message on `control_fd` is `config` {hostname, shm_bytes} carrying the seccomp
 // program as a sealed memfd (agent/seccomp_program.h).
 [[noreturn]] void run_init_reexec(int control_fd);
 
 // The fd the re-executed init finds its control socket on.
 inline constexpr int kReexecControlFd = 3;
+// Init's whole argv (and so its /proc/1/cmdline inside); main() recognises init by it.
+inline constexpr const char* kInitArgv0 = "cela-init";
 
 }  // namespace cela::agent

@@ -11,9 +11,9 @@ namespace json = boost::json;
 namespace {
 constexpr std::string_view kTypeNames[] = {"config", "maps",        "rootfs",  "exec",       "signal", "shutdown",
                                            "ready",  "setup_error", "started", "exec_error", "exited", "unknown"};
-constexpr std::string_view kStepNames[] = {"request", "pipe",    "join cgroup",  "setsid",  "stdio",  "rlimit",
-                                           "capabilities", "set ids", "chdir", "no_new_privs", "seccomp", "execve",
-                                           "unknown"};
+constexpr std::string_view kStepNames[] = {"request", "pipe",    "join cgroup",  "oom score", "setsid",  "stdio",
+                                           "rlimit", "capabilities", "set ids", "chdir", "no_new_privs", "seccomp",
+                                           "execve", "unknown"};
 }  // namespace
 
 std::string_view to_string(MessageType type) { return kTypeNames[static_cast<size_t>(type)]; }

@@ -4,7 +4,7 @@
 // boundaries come from the kernel. Each message is a JSON object with a "type";
 // file descriptors travel alongside with SCM_RIGHTS (the exec's stdio pipe ends).
 //
-// host -> init:  config {hostname, shm_bytes}  only to a re-executed init (cela __init)
+// host -> init:  config {hostname, shm_bytes}  first, with the seccomp program (memfd)
 //                maps {} + fds             id maps written: join the cgroups (fds),
 //                                          become ns root, set up namespaces
 //                rootfs {binds} + fds      the overlay and bind mounts to enter
@@ -48,8 +48,8 @@ MessageType message_type(std::string_view name);
 
 // The steps an exec can fail at before its execve succeeds, shared by both ends (the
 // host words the failure from the step: ENOENT at execve is "command not found").
-enum class ExecStep { request, pipe, cgroup, setsid, stdio, rlimit, caps, ids, chdir, no_new_privs, seccomp, execve,
-                      unknown };
+enum class ExecStep { request, pipe, cgroup, oom_score, setsid, stdio, rlimit, caps, ids, chdir, no_new_privs, seccomp,
+                      execve, unknown };
 std::string_view to_string(ExecStep step);
 ExecStep exec_step(std::string_view name);
 

@@ -39,7 +39,8 @@ Result<void> ensure_file(const std::string& path) {
 
 // Fresh /proc of the sandbox's pid namespace, with the kernel-global or
 // information-leaking entries masked (files by /dev/null, dirs by an empty
-// read-only tmpfs) and the writable kernel knobs read-only.
+// read-only tmpfs) and the writable kernel knobs read-only. cmdline (the host's boot
+// command line) and locks (the host's file locks) read as empty files.
 Result<void> mount_proc(const std::string& root) {
   std::string proc = root + "/proc";
   if (auto r = ensure_dir(proc, 0555); !r) return r;
@@ -47,7 +48,7 @@ Result<void> mount_proc(const std::string& root) {
     return r;
   for (const char* file : {"kcore", "keys", "timer_list", "sched_debug", "latency_stats", "kmsg",
                            "kallsyms", "sysrq-trigger", "config.gz", "kpagecount", "kpageflags",
-                           "kpagecgroup", "pagetypeinfo", "slabinfo", "vmallocinfo"}) {
+                           "kpagecgroup", "pagetypeinfo", "slabinfo", "vmallocinfo", "cmdline", "locks"}) {
     std::string path = proc + "/" + file;
     if (::access(path.c_str(), F_OK) != 0) continue;
     if (auto r = do_mount("/dev/null", path, nullptr, MS_BIND, nullptr, "mask"); !r) return r;

@@ -25,7 +25,8 @@ struct ExecFailure {
   int step;  // static_cast<int>(ExecStep), -1 for none
   int err;
 };
-constexpr int kStepCgroup = static_cast<int>(ExecStep::cgroup), kStepSetsid = static_cast<int>(ExecStep::setsid),
+constexpr int kStepCgroup = static_cast<int>(ExecStep::cgroup), kStepOom = static_cast<int>(ExecStep::oom_score),
+              kStepSetsid = static_cast<int>(ExecStep::setsid),
               kStepStdio = static_cast<int>(ExecStep::stdio), kStepRlimit = static_cast<int>(ExecStep::rlimit),
               kStepCaps = static_cast<int>(ExecStep::caps), kStepIds = static_cast<int>(ExecStep::ids),
               kStepChdir = static_cast<int>(ExecStep::chdir), kStepNoNewPrivs = static_cast<int>(ExecStep::no_new_privs),
@@ -44,8 +45,8 @@ std::string env_value(const std::vector<std::string>& env, std::string_view key)
   return {};
 }
 
-// Everything the exec child needs, prepared by init before the child exists: the
-// child shares init's memory (CLONE_VM) and must not allocate.
+// Everything the exec child needs, prepared by init before the child exists, so the
+// child does no more than system calls between fork and execve.
 struct PreparedExec {
   const ExecRequest* req = nullptr;
   const SeccompProgram* seccomp = nullptr;
@@ -54,6 +55,8 @@ struct PreparedExec {
   std::vector<int> cgroup_fds;  // `tasks`/`cgroup.procs` files of the exec's cgroups
   int pipes[3][2];
   int report_fd = -1;
+  const std::vector<int>* own_caps = nullptr;  // what the exec holds once it runs
+  std::vector<int> loader_caps;                // the same + CAP_SYS_ADMIN, to load seccomp
 };
 
 }  // namespace
@@ -77,30 +80,54 @@ std::vector<std::string> exec_candidates(const ExecRequest& req) {
 
 namespace {
 
-constexpr size_t kExecStackBytes = 256 * 1024;
+// Every exec starts at the highest OOM score: the kernel's victims inside a session
+// are the execs' processes, never init (-1000, jail/init_process.h), and on a host
+// short of memory sandbox processes go before the host's own. They may lower it to 0,
+// no further: the inherited floor (oom_score_adj_min) is 0.
+constexpr char kExecOomScoreAdj[] = "1000";
 
-// The exec child's stack, reused: vfork semantics mean one child runs at a time.
-char* exec_stack_top() {
-  static void* stack = ::mmap(nullptr, kExecStackBytes, PROT_READ | PROT_WRITE,
-                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-  return stack == MAP_FAILED ? nullptr : static_cast<char*>(stack) + kExecStackBytes;
+// Leaves init's OOM protection behind. The child's /proc/self entries belong to host
+// root while it is non-dumpable (its memory is a copy of init's, whose image nobody
+// inside can read), so it turns dumpable for this one write. That exposes nothing: it
+// still holds every capability of the namespace, so no sandbox process passes the
+// ptrace checks on it (a tracer's permitted set must cover the target's), and the
+// memory is its own copy, not init's (fork, not CLONE_VM).
+int leave_init_oom_score() {
+  if (::prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) return errno;
+  int err = 0;
+  int fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || ::write(fd, kExecOomScoreAdj, sizeof kExecOomScoreAdj - 1) != sizeof kExecOomScoreAdj - 1) err = errno;
+  if (fd >= 0) ::close(fd);
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 && err == 0) err = errno;
+  return err;
 }
 
 const std::vector<int> kNoCaps;
-const std::vector<int> kSeccompLoaderCaps{CAP_SYS_ADMIN};
+
+// The capabilities the exec holds once it runs: a root exec gets the bounding set
+// (execve gives root every capability the bounding set still has), any other none.
+const std::vector<int>& own_capabilities(const ExecRequest& req) { return req.uid == 0 ? kept_capabilities() : kNoCaps; }
+
+// The same plus CAP_SYS_ADMIN, which loading seccomp takes without no_new_privs.
+std::vector<int> with_seccomp_loader(const std::vector<int>& caps) {
+  std::vector<int> out = caps;
+  out.push_back(CAP_SYS_ADMIN);
+  return out;
+}
 
 // The exec child: from init's state to the exec's. Order matters: join the exec's
 // cgroups first (before the child does anything), ids after the bounding set (needs
-// CAP_SETPCAP), seccomp last before execve. Runs on its own stack in init's memory
-// (vfork semantics: init is suspended until execve or _exit), so: no allocation.
-int exec_child(void* arg) {
-  const PreparedExec& p = *static_cast<PreparedExec*>(arg);
+// CAP_SETPCAP), seccomp last but for dropping the seccomp loader capability; chdir and
+// execve come after that, so the exec's cwd and program are resolved with the exec's
+// own credentials, never with init's (a root exec with init's CAP_SYS_PTRACE could
+// chdir into or execute any process's /proc/PID/cwd or exe).
+[[noreturn]] void exec_child(const PreparedExec& p) {
   const ExecRequest& req = *p.req;
   int report_fd = p.report_fd;
   // Default dispositions before unmasking: execve keeps *ignored* signals ignored, and
   // the daemon (or the shell that started it) ignores SIGPIPE, sometimes SIGINT and
   // SIGQUIT. Without this, `yes | head -c1` complains about a broken pipe and a
-  // forwarded SIGINT does nothing. (No CLONE_SIGHAND: this changes the child only.)
+  // forwarded SIGINT does nothing.
   // The raw syscall: glibc's sigaction refuses its reserved real-time signals (32,
   // 33), which an ignoring parent leaves ignored too.
   struct {
@@ -115,6 +142,7 @@ int exec_child(void* arg) {
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
   for (int fd : p.cgroup_fds)
     if (::write(fd, "0", 1) != 1) exec_failed(report_fd, kStepCgroup, errno);
+  if (int err = leave_init_oom_score()) exec_failed(report_fd, kStepOom, err);
   if (::setsid() < 0) exec_failed(report_fd, kStepSetsid, errno);
   // stdio first: every pipe end is >= 3 (init's 0-2 are /dev/null), so filling 0-2
   // clobbers nothing still needed; only then may fd 3 be overwritten by the report fd.
@@ -145,17 +173,19 @@ int exec_child(void* arg) {
   if (::setgroups(1, &gid) != 0 || ::setresgid(req.gid, req.gid, req.gid) != 0 ||
       ::setresuid(req.uid, req.uid, req.uid) != 0)
     exec_failed(report_fd, kStepIds, errno);
-  if (::chdir(req.cwd.c_str()) != 0) exec_failed(report_fd, kStepChdir, errno);
+  const std::vector<int>& own = *p.own_caps;
   if (req.no_new_privs) {
     if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) exec_failed(report_fd, kStepNoNewPrivs, errno);
-    if (req.uid != 0)
-      if (int err = set_capabilities(kNoCaps)) exec_failed(report_fd, kStepCaps, err);
-  } else if (req.uid != 0) {
-    if (int err = set_capabilities(kSeccompLoaderCaps)) exec_failed(report_fd, kStepCaps, err);
+    if (int err = set_capabilities(own)) exec_failed(report_fd, kStepCaps, err);
+  } else if (int err = set_capabilities(p.loader_caps)) {
+    exec_failed(report_fd, kStepCaps, err);
   }
 
-  // Last step before execve: from here on only the allowlisted syscalls exist.
+  // From here on only the allowlisted syscalls exist (capset and chdir among them).
   if (int err = install_seccomp(*p.seccomp)) exec_failed(report_fd, kStepSeccomp, err);
+  if (!req.no_new_privs)
+    if (int err = set_capabilities(own)) exec_failed(report_fd, kStepCaps, err);
+  if (::chdir(req.cwd.c_str()) != 0) exec_failed(report_fd, kStepChdir, errno);
   int saved = ENOENT;
   for (const auto& candidate : p.candidates) {
     ::execve(candidate.c_str(), p.argv.data(), p.envp.data());
@@ -189,9 +219,13 @@ std::expected<Spawned, SpawnFailure> spawn_exec(const ExecRequest& req, const Se
   for (auto& fd : cgroup_fds) prep.cgroup_fds.push_back(fd.get());
   std::memcpy(prep.pipes, pipes, sizeof pipes);
   prep.report_fd = report[1];
-  // CLONE_VM|CLONE_VFORK (what posix_spawn does): no copy of init's page tables,
-  // and init resumes only once the child has called execve or exited.
-  pid_t pid = ::clone(exec_child, exec_stack_top(), CLONE_VM | CLONE_VFORK | SIGCHLD, &prep);
+  prep.own_caps = &own_capabilities(req);
+  prep.loader_caps = with_seccomp_loader(*prep.own_caps);
+  // A fork, not CLONE_VM|CLONE_VFORK: the child needs memory of its own to turn
+  // dumpable for its OOM score (leave_init_oom_score). Init still waits (on the
+  // report pipe below) until the child has called execve or failed.
+  pid_t pid = ::fork();
+  if (pid == 0) exec_child(prep);
   int clone_errno = errno;
   ::close(report[1]);
   ::close(pipes[0][0]);

@@ -1,7 +1,9 @@
 // Starting one exec inside the sandbox, from init's state to the exec's: join the
-// exec's cgroups, new session, stdio pipes, rlimits, bounding set, ids, cwd,
-// no_new_privs or the seccomp loader capability, seccomp, then execve along the
-// exec's own PATH. Runs in init (single-threaded, pid 1 of the sandbox).
+// exec's cgroups, leave init's OOM protection, new session, stdio pipes, rlimits,
+// bounding set, ids, the exec's own capabilities (+ the seccomp loader capability
+// without no_new_privs), seccomp, then, with nothing more than the exec will hold,
+// chdir and execve along the exec's own PATH. Runs in init (single-threaded, pid 1 of
+// the sandbox).
 #pragma once
 
 #include <sys/types.h>

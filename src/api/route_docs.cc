@@ -112,12 +112,13 @@ const RouteDoc create_session{
     .summary = "Create a session; answers once its init is up and can run code",
     .description =
         "Asking for network other than {\"mode\": \"none\"}, packages other than off, secrets or "
-        "volumes answers policy_denied until those features land.",
+        "volumes answers policy_denied until those features land. A dev-only template (`host`) answers "
+        "forbidden unless the daemon runs in dev mode and the caller is local root on the unix socket.",
     .params = {query_param("wait_s", bounded(integer_schema(), 0, 300),
                            "wait this long for host capacity, then answer 503 as without it")},
     .body = {json_body(ref("CreateSession"), false, "every field optional")},
     .responses = {json_response(201, "the session, ready", ref("Session"))},
-    .errors = {"policy_denied", "quota_exceeded", "capacity_exceeded"},
+    .errors = {"forbidden", "policy_denied", "quota_exceeded", "capacity_exceeded"},
 };
 
 const RouteDoc list_sessions{

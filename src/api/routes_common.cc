@@ -25,6 +25,8 @@ session::Caller caller_of(const Request& request) {
   if (request.principal) {
     c.tenant_id = request.principal->tenant_id;
     c.admin = request.principal->admin;
+    // The authenticator admits unix-socket callers without a key only for uid 0.
+    c.local_root = request.transport == Transport::unix_socket && request.principal->key_id.empty();
   }
   return c;
 }

@@ -13,8 +13,9 @@
 #include "session/upload.h"
 
 int main(int argc, char** argv) {
-  // A sandbox's init, re-executed by a multi-threaded host side (agent/init.h).
-  if (argc == 2 && std::string_view(argv[1]) == "__init") cela::agent::run_init_reexec(cela::agent::kReexecControlFd);
+  // A sandbox's init, re-executed from the sealed init image (agent/init.h).
+  if (argc == 1 && std::string_view(argv[0]) == cela::agent::kInitArgv0)
+    cela::agent::run_init_reexec(cela::agent::kReexecControlFd);
   // An archive import on a session's behalf, started by the daemon (session/upload.h).
   if (argc >= 2 && std::string_view(argv[1]) == cela::session::kTarImportCommand) cela::session::tar_import_main(argc, argv);
   CLI::App app{"cela: a sandbox for running untrusted, AI-generated code"};

@@ -14,6 +14,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--socket", o->socket, "Unix socket path (default /run/cela/cela.sock)");
   cmd->add_option("--state-dir", o->state_dir, "State directory (default /var/lib/cela/state)");
   cmd->add_option("--max-sessions", o->max_sessions, "Host-wide session limit");
+  cmd->add_flag("--dev", o->dev, "Dev mode: the dev-only `host` template, for local root on the unix socket");
   cmd->callback([o, &exit_code] { exit_code = daemon::run(*o); });
 }
 

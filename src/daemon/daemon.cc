@@ -57,6 +57,7 @@ int run(const DaemonOptions& o) {
   if (!o.socket.empty()) config.socket_path = o.socket;
   if (!o.state_dir.empty()) config.state_dir = o.state_dir;
   if (o.max_sessions > 0) config.max_sessions = o.max_sessions;
+  if (o.dev) config.dev_mode = true;
 
   // Descriptors first: the connection caps are derived from what the daemon may hold,
   // keeping reserve_fds for the store and the sessions' pipes and files.
@@ -174,6 +175,7 @@ int run(const DaemonOptions& o) {
               "RLIMIT_NOFILE %llu, %llu kept for sessions\n",
               budget.limits.total, budget.limits.root_reserve, budget.limits.per_peer, budget.limits.per_key,
               static_cast<unsigned long long>(budget.fd_limit), static_cast<unsigned long long>(budget.reserve_fds));
+  if (config.dev_mode) std::printf("cela: dev mode: dev-only templates (host) are open to local root\n");
   std::fflush(stdout);
   int sig = 0;
   ::sigwait(&stop, &sig);

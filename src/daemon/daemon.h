@@ -10,6 +10,7 @@ namespace cela::daemon {
 struct DaemonOptions {
   std::string config_file, listen, socket, state_dir;
   int64_t max_sessions = 0;
+  bool dev = false;  // --dev: dev mode on whatever the config says
 };
 
 // The process exit code: 0 after a clean stop, 1 on a start failure, 2 on bad

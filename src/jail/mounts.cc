@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <string>
 
 #include "agent/mount_api.h"
@@ -54,6 +55,16 @@ Result<UniqueFd> make_tmpfs(const std::string& what, const std::string& size, co
 }
 
 }  // namespace
+
+RootfsSpec fit_tmpfs_to_memory(RootfsSpec spec, uint64_t memory_bytes) {
+  if (memory_bytes == 0) return spec;
+  constexpr uint64_t kMinReserve = 64ull << 20;
+  const uint64_t reserve = std::min(memory_bytes / 2, std::max(kMinReserve, memory_bytes / 8));
+  const uint64_t room = memory_bytes - reserve;
+  spec.shm_bytes = std::min(spec.shm_bytes, room / 4);
+  spec.disk_bytes = std::min(spec.disk_bytes, room - spec.shm_bytes);
+  return spec;
+}
 
 Result<RootfsMounts> prepare_rootfs(const RootfsSpec& spec, int userns_fd, uint32_t root_uid) {
   if (spec.layers.empty()) return fail(ErrorCode::invalid_argument, "template has no layers");

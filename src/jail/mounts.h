@@ -25,4 +25,13 @@ using agent::kStagingDir;
 // host uid that is root inside (owner of the upper dir).
 Result<RootfsMounts> prepare_rootfs(const RootfsSpec& spec, int userns_fd, uint32_t root_uid);
 
+// The writable layer and /dev/shm are tmpfs: their pages count against the sandbox's
+// memory limit and, with swap off, can be neither swapped nor reclaimed. Filled past
+// what the processes need, they would leave the OOM killer nothing to free, and every
+// later exec would be killed on start. So together they hold at most the memory limit
+// minus a reserve for processes (an eighth, at least 64 MiB, at most half): filling
+// them gives ENOSPC, and the session stays usable. `memory_bytes` 0 (no limit) leaves
+// `spec` as it is.
+RootfsSpec fit_tmpfs_to_memory(RootfsSpec spec, uint64_t memory_bytes);
+
 }  // namespace cela::jail

@@ -16,6 +16,7 @@
 
 #include "common/fs.h"
 #include "agent/init.h"
+#include "jail/init_process.h"
 #include "jail/userns.h"
 
 namespace cela::jail {
@@ -70,69 +71,66 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
   if (!attach_fds) return std::unexpected(attach_fds.error());
   std::vector<int> attach;
   for (const auto& fd : *attach_fds) attach.push_back(fd.get());
-  // A re-executed init gets the program as a sealed memfd with its config.
-  UniqueFd seccomp_fd;
-  if (spec.reexec_init) {
-    auto sealed = agent::seal_seccomp_program(seccomp);
-    if (!sealed) return std::unexpected(sealed.error());
-    seccomp_fd = std::move(*sealed);
-  }
+  // Init gets the program as a sealed memfd with its config.
+  auto sealed = agent::seal_seccomp_program(seccomp);
+  if (!sealed) return std::unexpected(sealed.error());
+  UniqueFd seccomp_fd = std::move(*sealed);
+  auto image = sealed_init_image();
+  if (!image) return std::unexpected(image.error());
+  const int image_fd = *image;
 
   int pidfd = -1;
   pid_t pid = clone_child(&pidfd, sb->cgroup_->cgroup2_fd());
   if (pid < 0) return sys_fail("clone3 sandbox init");
   if (pid == 0) {
-    if (spec.reexec_init) {
-      // Only async-signal-safe calls until execve: the parent may be multi-threaded
-      // (raw syscalls: glibc's set*id would try to sync threads this child lacks).
-      // execve keeps capabilities only for the namespace's root, so wait for the id
-      // maps ("mapped") and take ns-root's ids first.
-      // Die with the thread that cloned us; if the daemon died before this line, the
-      // recv below sees EOF instead.
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-      // None of the daemon's descriptors may survive the execve (the listening
-      // sockets and the database are not all close-on-exec: Asio opens sockets
-      // without SOCK_CLOEXEC).
-      ::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
-      char byte;
-      if (::recv(child_end.get(), &byte, 1, 0) != 1) ::_exit(127);
-      if (::syscall(SYS_setresgid, 0, 0, 0) != 0 || ::syscall(SYS_setgroups, 0, nullptr) != 0 ||
-          ::syscall(SYS_setresuid, 0, 0, 0) != 0)
-        ::_exit(126);
-      if (child_end.get() == agent::kReexecControlFd) {
-        if (::fcntl(agent::kReexecControlFd, F_SETFD, 0) < 0) ::_exit(127);
-      } else if (::dup2(child_end.get(), agent::kReexecControlFd) < 0) {
-        ::_exit(127);
-      }
-      char arg0[] = "cela", arg1[] = "__init";
-      char* argv[] = {arg0, arg1, nullptr};
-      char* envp[] = {nullptr};
-      ::execve("/proc/self/exe", argv, envp);
+    // Only async-signal-safe calls until execve: the parent may be multi-threaded
+    // (raw syscalls: glibc's set*id would try to sync threads this child lacks).
+    // execve keeps capabilities only for the namespace's root, so wait for the id
+    // maps ("mapped") and take ns-root's ids first.
+    // Die with the thread that cloned us; if the daemon died before this line, the
+    // recv below sees EOF instead.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    // None of the daemon's descriptors may survive the execve (the listening
+    // sockets and the database are not all close-on-exec: Asio opens sockets
+    // without SOCK_CLOEXEC).
+    ::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
+    char byte;
+    if (::recv(child_end.get(), &byte, 1, 0) != 1) ::_exit(127);
+    if (::syscall(SYS_setresgid, 0, 0, 0) != 0 || ::syscall(SYS_setgroups, 0, nullptr) != 0 ||
+        ::syscall(SYS_setresuid, 0, 0, 0) != 0)
+      ::_exit(126);
+    int exe = image_fd;
+    if (exe == agent::kReexecControlFd && (exe = ::fcntl(image_fd, F_DUPFD_CLOEXEC, 4)) < 0) ::_exit(127);
+    if (child_end.get() == agent::kReexecControlFd) {
+      if (::fcntl(agent::kReexecControlFd, F_SETFD, 0) < 0) ::_exit(127);
+    } else if (::dup2(child_end.get(), agent::kReexecControlFd) < 0) {
       ::_exit(127);
     }
-    sb->control_.reset();
-    agent::InitConfig config{child_end.get(), spec.hostname, spec.rootfs, &seccomp};
-    agent::run_init(config);
+    // From the sealed image, never the host's binary (jail/init_process.h).
+    char* argv[] = {const_cast<char*>(agent::kInitArgv0), nullptr};  // execve only reads it
+    char* envp[] = {nullptr};
+    ::syscall(SYS_execveat, exe, "", argv, envp, AT_EMPTY_PATH);
+    ::_exit(127);
   }
   sb->init_pid_ = pid;
   sb->pidfd_.reset(pidfd);
   child_end.reset();
 
   // From here on, a failure leaves a child to kill: ~Sandbox() does it.
+  if (auto r = protect_init_from_oom(pid); !r) return std::unexpected(r.error());
   if (auto r = write_id_maps(pid, spec.host_uid_base); !r) return std::unexpected(r.error());
-  if (spec.reexec_init) {
-    if (::send(sb->control_fd(), "m", 1, MSG_NOSIGNAL) != 1) return sys_fail("signal id maps to init");
-    json::object config = message(MessageType::config, {{"hostname", spec.hostname}, {"shm_bytes", spec.rootfs.shm_bytes}});
-    if (auto r = send_message(sb->control_fd(), config, {seccomp_fd.get()}); !r) return std::unexpected(r.error());
-    seccomp_fd.reset();
-  }
+  if (::send(sb->control_fd(), "m", 1, MSG_NOSIGNAL) != 1) return sys_fail("signal id maps to init");
+  const RootfsSpec rootfs = fit_tmpfs_to_memory(spec.rootfs, spec.limits.memory_bytes);
+  json::object config = message(MessageType::config, {{"hostname", spec.hostname}, {"shm_bytes", rootfs.shm_bytes}});
+  if (auto r = send_message(sb->control_fd(), config, {seccomp_fd.get()}); !r) return std::unexpected(r.error());
+  seccomp_fd.reset();
   if (auto r = send_message(sb->control_fd(), message(MessageType::maps), attach); !r) return std::unexpected(r.error());
   attach_fds->clear();
   {
     std::string userns_path = "/proc/" + std::to_string(pid) + "/ns/user";
     UniqueFd userns(::open(userns_path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!userns) return sys_fail("open " + userns_path);
-    auto mounts = prepare_rootfs(spec.rootfs, userns.get(), spec.host_uid_base);
+    auto mounts = prepare_rootfs(rootfs, userns.get(), spec.host_uid_base);
     if (!mounts) return std::unexpected(mounts.error());
     sb->upper_ = std::move(mounts->upper);
     json::array targets;

@@ -34,9 +34,6 @@ struct SandboxSpec {
   RootfsSpec rootfs;
   CgroupLimits limits;
   uint32_t host_uid_base = 0;  // host uid that is root inside (from a UidSlot)
-  // Re-execute cela as init (`cela __init`) instead of running on in the cloned copy:
-  // required when the caller is multi-threaded (the daemon); costs one execve.
-  bool reexec_init = false;
 };
 
 struct StartedExec {
@@ -58,8 +55,8 @@ struct TeardownReport {
 
 class Sandbox {
  public:
-  // Unless spec.reexec_init, the caller must be single-threaded: the child runs on
-  // after clone without exec.
+  // The caller may be multi-threaded: the cloned child re-executes cela as init from
+  // the sealed init image (jail/init_process.h) before it does anything else.
   static Result<std::unique_ptr<Sandbox>> start(const SandboxSpec& spec, CgroupHost& cgroups,
                                                 const SeccompProgram& seccomp);
   ~Sandbox();

@@ -71,6 +71,9 @@ struct TemplateStore {
 // at most 64 characters.
 bool valid_template_name(std::string_view name);
 
+// The generated dev-only template (ensure_host_template).
+inline constexpr std::string_view kHostTemplate = "host";
+
 // Loads the current version of template `name` (not_found when absent). The `host`
 // template is generated on first use.
 Result<Template> load_template(const TemplateStore& store, const std::string& name);

@@ -7,11 +7,13 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/write.hpp>
 #include <cassert>
+#include <cstdio>
 #include <deque>
 #include <map>
 
 #include "jail/cgroup.h"
 #include "jail/file_writer.h"
+#include "jail/init_process.h"
 #include "jail/sandbox.h"
 #include "jail/seccomp.h"
 #include "jail/userns.h"
@@ -397,7 +399,6 @@ class JailBackend final : public Backend {
       return std::unexpected(e);
     }
     sb.host_uid_base = slot->host_base();
-    sb.reexec_init = true;  // the daemon is multi-threaded
     auto sandbox = jail::Sandbox::start(sb, *cgroups_, seccomp_);
     if (!sandbox) return std::unexpected(sandbox.error());
     return std::unique_ptr<Instance>(new JailInstance(std::move(*sandbox), std::move(*slot)));
@@ -439,6 +440,11 @@ Result<std::unique_ptr<Backend>> open_jail_backend(uint32_t uid_slots) {
   // Compiled once; the re-executed inits load it from the same cache.
   auto seccomp = jail::cached_seccomp_program();
   if (!seccomp) return std::unexpected(seccomp.error());
+  // The one sealed copy of cela every session's init runs from, made before the first
+  // session needs it (and a failure to make it is a failure to start).
+  if (auto image = jail::sealed_init_image(); !image) return std::unexpected(image.error());
+  if (!jail::can_protect_init_from_oom())
+    std::fprintf(stderr, "cela: no CAP_SYS_RESOURCE: session inits keep cela's OOM score (only execs go first)\n");
   return std::unique_ptr<Backend>(new JailBackend(std::move(*host), std::move(*seccomp), uid_slots));
 }
 

@@ -54,7 +54,7 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   JsonFields f(o);
   ONLY(f, "state_dir", "templates_dir", "socket", "listen", "default_template", "max_sessions", "output_cap_bytes",
        "max_body_bytes", "max_upload_bytes", "http_threads", "blocking_threads", "defaults", "maxima", "tenant_quotas",
-       "output_retention", "stdin_timeout_s", "uid_slots", "launcher_threads", "exec_nofile", "connections");
+       "output_retention", "stdin_timeout_s", "uid_slots", "launcher_threads", "exec_nofile", "connections", "dev_mode");
   TAKE(f, "state_dir", c.state_dir);
   TAKE(f, "templates_dir", c.templates_dir);
   TAKE(f, "socket", c.socket_path);
@@ -70,6 +70,8 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   TAKE(f, "uid_slots", c.uid_slots);
   TAKE(f, "launcher_threads", c.launcher_threads);
   TAKE(f, "exec_nofile", c.exec_nofile);
+  if (auto v = f.boolean("dev_mode"); !v) return config_error(v.error());
+  else if (*v) c.dev_mode = **v;
 
   auto section = [&](std::string_view key) -> Result<std::optional<JsonFields>> {
     auto s = f.object(key);

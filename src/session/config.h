@@ -74,6 +74,10 @@ struct DaemonConfig {
   // thread that cloned them).
   int launcher_threads = 4;
   int blocking_threads = 16;
+  // Dev mode (`dev_mode`, `cela serve --dev`): dev-only templates (`host`: the host's
+  // /usr inside) exist, for local root on the unix socket only. Off: no session can
+  // be created on them.
+  bool dev_mode = false;
   SessionDefaults defaults;
   SessionMaxima maxima;
   TenantQuotaDefaults quotas;

@@ -105,6 +105,16 @@ void SessionManager::shutdown() {
 
 bool SessionManager::full() const { return full_.load(); }
 
+Result<void> SessionManager::dev_template_allowed(const Caller& caller, const std::string& name) const {
+  // Dev-only templates show host files (the host's /usr, idmapped: files of other host
+  // accounts readable by namespace root): only the host's own root, and only when the
+  // operator asked for them.
+  if (config_.dev_mode && caller.local_root) return {};
+  return fail(ErrorCode::permission_denied,
+              "template `" + name + "` is dev-only: it exists only on a daemon started in dev mode (`cela serve --dev`), "
+              "for local root on the unix socket");
+}
+
 // ---- create ------------------------------------------------------------------------
 
 void SessionManager::create(const Caller& caller, CreateSessionSpec spec, std::chrono::seconds wait,
@@ -112,6 +122,9 @@ void SessionManager::create(const Caller& caller, CreateSessionSpec spec, std::c
   auto began = Clock::now();
   on_reactor([this, caller, spec = std::move(spec), wait, began, done = std::move(done)]() mutable {
     if (stopping_) return done(fail(ErrorCode::capacity_exceeded, "the daemon is stopping"));
+    // Before anything is reserved (or the host template generated).
+    if (spec.template_name == rootfs::kHostTemplate)
+      if (auto ok = dev_template_allowed(caller, spec.template_name); !ok) return done(std::unexpected(ok.error()));
     admission_.reserve(wait, [this, caller, spec = std::move(spec), began, done = std::move(done)](
                                  Result<void> admitted_now) mutable {
       full_ = admission_.full();
@@ -139,6 +152,8 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
       return give_back(Error{ErrorCode::invalid_argument, 0, "unknown template `" + spec.template_name + "`"});
     return give_back(tmpl.error());
   }
+  if (tmpl->dev_only)
+    if (auto ok = dev_template_allowed(caller, spec.template_name); !ok) return give_back(ok.error());
 
   auto session = std::make_shared<Session>();
   session->tmpl = *tmpl;

@@ -77,7 +77,8 @@ class SessionManager {
 
   // ---- sessions
   // Admits (capacity, waiting up to `wait`; tenant quotas), boots the sandbox and
-  // completes once init is ready.
+  // completes once init is ready. Dev-only templates (`host`) are refused
+  // (permission_denied) unless the daemon is in dev mode and the caller is local root.
   void create(const Caller& caller, CreateSessionSpec spec, std::chrono::seconds wait, Done<store::SessionRecord> done);
   Result<store::SessionRecord> get(const Caller& caller, const std::string& id);
   Result<store::SessionPage> list(const Caller& caller, const store::SessionFilter& filter,
@@ -143,6 +144,8 @@ class SessionManager {
   }
 
   // create() steps
+  // Dev-only templates: dev mode and local root, else permission_denied (403).
+  Result<void> dev_template_allowed(const Caller& caller, const std::string& name) const;
   void admitted(const Caller& caller, CreateSessionSpec spec, std::chrono::steady_clock::time_point began,
                 Done<store::SessionRecord> done);
   void booted(std::shared_ptr<Session> session, Result<std::unique_ptr<runtime::Instance>> instance,

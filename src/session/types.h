@@ -21,6 +21,7 @@ namespace cela::session {
 struct Caller {
   std::string tenant_id;
   bool admin = false;
+  bool local_root = false;  // root on the unix socket (no key): the host's operator
 };
 
 // The records the session layer hands out (stored by store/, rendered by api/), and

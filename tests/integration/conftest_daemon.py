@@ -53,13 +53,15 @@ class CelaDaemon:
         self.tcp_url = f"http://127.0.0.1:{port}"
 
     @classmethod
-    def start(cls, tmp, binary=None, extra_args=(), timeout=60):
+    def start(cls, tmp, binary=None, extra_args=(), timeout=60, dev=True):
+        """dev: `--dev`, so local root may use the dev-only `host` template the tests
+        run on (TCP callers never may: they use `base`)."""
         tmp = Path(tmp)
         port = free_port()
         log_path = tmp / "daemon.log"
         log = open(log_path, "wb")
         args = [binary or CELA, "serve", "--state-dir", str(tmp / "state"), "--socket", str(tmp / "cela.sock"),
-                "--listen", f"127.0.0.1:{port}", *extra_args]
+                "--listen", f"127.0.0.1:{port}", *(["--dev"] if dev else []), *extra_args]
         proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         ownership.register_process(proc.pid)
         ownership.register_state_dir(Path(tmp) / "state")

@@ -36,19 +36,24 @@ def free_port():
 
 
 class Daemon:
-    def __init__(self, config=None, nofile=None):
+    def __init__(self, config=None, nofile=None, dev=True):
+        """dev: start with `--dev`, so local root may use the dev-only `host` template
+        most tests run on."""
         self.dir = tempfile.mkdtemp(prefix="cela-test-")
         self.state = os.path.join(self.dir, "state")
         self.socket = os.path.join(self.dir, "cela.sock")
         self.port = free_port()
         self.config = config
         self.nofile = nofile  # (soft, hard) RLIMIT_NOFILE the daemon starts with
+        self.dev = dev
         self.proc = None
         self.log = open(os.path.join(self.dir, "daemon.log"), "w+")
 
     def start(self):
         args = [CELA, "serve", "--state-dir", self.state, "--socket", self.socket,
                 "--listen", f"127.0.0.1:{self.port}"]
+        if self.dev:
+            args.append("--dev")
         if self.config:
             path = os.path.join(self.dir, "config.json")
             with open(path, "w") as f:

@@ -88,11 +88,12 @@ def test_capacity_and_quota_answer_errors_never_hang(daemon):
     status, t, _ = daemon.request("POST", "/v1/tenants", {"name": "other"})
     assert status == 201
     status, k, _ = daemon.request("POST", f"/v1/tenants/{t['id']}/keys", {})
-    c = daemon.request("POST", "/v1/sessions", {"template": "host", "limits": {"memory_mb": 256}}, tcp=True,
+    # Over TCP with a key: `base` (the dev-only `host` template is for local root).
+    c = daemon.request("POST", "/v1/sessions", {"template": "base", "limits": {"memory_mb": 256}}, tcp=True,
                        key=k["key"])
     assert c[0] == 201
     t0 = time.monotonic()
-    status, err, resp = daemon.request("POST", "/v1/sessions?wait_s=1", {"template": "host"}, tcp=True, key=k["key"])
+    status, err, resp = daemon.request("POST", "/v1/sessions?wait_s=1", {"template": "base"}, tcp=True, key=k["key"])
     assert status == 503 and err["error"]["code"] == "capacity_exceeded" and resp.getheader("Retry-After")
     assert 0.9 <= time.monotonic() - t0 < 5
     # Tenants are isolated: the other tenant's session is not found for us.

@@ -50,7 +50,8 @@ def either(request, daemon):
 
 
 def create(conn, **kw):
-    kw.setdefault("template", "host")
+    # The dev-only `host` template is for local root; key holders over TCP get `base`.
+    kw.setdefault("template", "base" if conn.get("api_key") else "host")
     kw.setdefault("limits", LIMITS)
     return cela.Sandbox.create(**conn, **kw)
 
@@ -102,7 +103,7 @@ def test_environment_variables_pick_the_endpoint(daemon, monkeypatch):
     monkeypatch.setenv("CELA_URL", daemon.tcp_url)
     monkeypatch.setenv("CELA_API_KEY", daemon.api_key)
     assert cela.default_url() == daemon.tcp_url
-    with cela.Sandbox.create(template="host", limits=LIMITS) as sb:
+    with cela.Sandbox.create(template="base", limits=LIMITS) as sb:
         assert sb.run("echo env").stdout == "env\n"
 
 
