@@ -25,6 +25,11 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 _runner = {"kind": "run"}
 
 
+def runner_kind():
+    """"run" (cela run) or "session" (a daemon session): which runner this test uses."""
+    return _runner["kind"]
+
+
 def run(args, template="host", opts=(), input=None, timeout=120, check_json=False):
     """`cela run --template T OPTS -- ARGS`, or the same in a fresh daemon session;
     returns CompletedProcess (text) with cela run's exit codes."""
