@@ -4,6 +4,7 @@ import http.client
 import json
 import os
 import resource
+import select
 import shutil
 import signal
 import socket
@@ -132,3 +133,21 @@ class Daemon:
 
     def delete(self, sid):
         return self.request("DELETE", f"/v1/sessions/{sid}")
+
+
+def read_until_closed(sock, seconds):
+    """Reads `sock` for up to `seconds`: (bytes received, True if the peer closed it)."""
+    got = b""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        ready, _, _ = select.select([sock], [], [], max(0.0, end - time.monotonic()))
+        if not ready:
+            break
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            return got, True
+        if not chunk:
+            return got, True
+        got += chunk
+    return got, False

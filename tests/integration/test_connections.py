@@ -20,7 +20,7 @@ import time
 import pytest
 
 from conftest import CELA, run_owned, wait_until
-from daemon_util import Daemon, UnixConnection
+from daemon_util import Daemon, UnixConnection, read_until_closed
 
 
 @pytest.fixture(autouse=True)
@@ -102,19 +102,8 @@ def answered_within(sock, seconds):
 
 def closed_within(sock, seconds):
     """(True, bytes received) when the server closes `sock` within `seconds`."""
-    got = b""
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        if not readable(sock, end - time.monotonic()):
-            break
-        try:
-            chunk = sock.recv(65536)
-        except ConnectionResetError:
-            return True, got
-        if not chunk:
-            return True, got
-        got += chunk
-    return False, got
+    got, closed = read_until_closed(sock, seconds)
+    return closed, got
 
 
 def slot_limits(daemon):

@@ -18,7 +18,7 @@ import pytest
 
 import ownership
 from conftest import CELA
-from daemon_util import Daemon
+from daemon_util import Daemon, read_until_closed
 
 TEMPLATE = "base"
 
@@ -64,20 +64,7 @@ def exchange(daemon, transport, data, timeout=10):
     s = connect(daemon, transport)
     try:
         s.sendall(data)
-        out = b""
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            r, _, _ = select.select([s], [], [], max(0.0, end - time.monotonic()))
-            if not r:
-                break
-            try:
-                chunk = s.recv(65536)
-            except ConnectionResetError:
-                return out, True
-            if not chunk:
-                return out, True
-            out += chunk
-        return out, False
+        return read_until_closed(s, timeout)
     finally:
         s.close()
 
