@@ -1,0 +1,184 @@
+"""Shared kernel budgets (docs/security.md "Kernel budgets"): per-user counters,
+host-wide tables, memory the kernel spends on a session's behalf and block I/O are
+bounded per session. Each test attacks from inside a sandbox, and while the attacker
+still holds what it took, host root and a second sandbox must get their share."""
+import contextlib
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import conftest
+import ownership
+from conftest import CELA, run
+
+TEMPLATE = "base"  # python3 with ctypes; the host template may be dev-only
+pytestmark = pytest.mark.skipif(not conftest.base_available(), reason="base template not built")
+
+
+# ---- helpers ---------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def held(code, opts=(), user="user", timeout=60):
+    """Runs python3 CODE in a sandbox (with the current runner) until it prints one
+    JSON line; yields that line while the process keeps running (holding what it
+    took), and ends the sandbox afterwards."""
+    if conftest._runner["kind"] == "session":
+        d = conftest._runner["daemon"]
+        limits = {"memory_mb": 256}
+        for flag, value in zip(opts[::2], opts[1::2]):
+            assert flag == "--memory", flag
+            limits["memory_mb"] = conftest._size_mb(value)
+        st, s, _ = d.request("POST", "/v1/sessions", {"template": TEMPLATE, "limits": limits})
+        assert st == 201, s
+        try:
+            st, e, _ = d.request("POST", f"/v1/sessions/{s['id']}/execs",
+                                 {"argv": ["python3", "-c", code], "user": user})
+            assert st == 202, e
+            end = time.monotonic() + timeout
+            while True:
+                st, body, _ = d.request("GET", f"/v1/sessions/{s['id']}/files?path=/tmp/held.json", raw=True)
+                if st == 200:
+                    yield json.loads(body)
+                    break
+                st, rec, _ = d.request("GET", f"/v1/sessions/{s['id']}/execs/{e['id']}")
+                assert rec["state"] == "running", rec
+                assert time.monotonic() < end, "the attacker printed nothing"
+                time.sleep(0.05)
+        finally:
+            d.request("DELETE", f"/v1/sessions/{s['id']}")
+        return
+    p = subprocess.Popen([CELA, "run", "--template", TEMPLATE, "--user", user, *opts, "--",
+                          "python3", "-c", code],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ownership.register_process(p.pid)
+    try:
+        line = p.stdout.readline()
+        assert line.strip(), f"the attacker printed nothing: {p.wait(10)} {p.stderr.read()}"
+        yield json.loads(line)
+    finally:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def host_py(code):
+    """Runs python3 CODE on the host as root; returns its JSON answer."""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def inside(code, opts=(), user="user"):
+    """Runs python3 CODE in a fresh sandbox to its end; returns its JSON answer."""
+    p = run(["python3", "-c", code], template=TEMPLATE, opts=["--user", user, *opts])
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    return json.loads(p.stdout.splitlines()[-1])
+
+
+# Publishes `result` (stdout for `cela run`, /tmp/held.json for a session) and keeps
+# the process, and so what it holds, alive.
+HOLD = r"""
+import os, time
+with open("/tmp/held.tmp", "w") as f:
+    f.write(json.dumps(result))
+os.rename("/tmp/held.tmp", "/tmp/held.json")
+print(json.dumps(result), flush=True)
+time.sleep(600)
+"""
+
+
+# ---- per-user counters (the session's user namespace is its own) ------------------------
+
+INOTIFY = r"""
+import ctypes, json
+libc = ctypes.CDLL(None, use_errno=True)
+fds, err = [], 0
+while len(fds) < {n}:
+    fd = libc.inotify_init1(0)
+    if fd < 0:
+        err = ctypes.get_errno()
+        break
+    fds.append(fd)
+result = {{"count": len(fds), "errno": err,
+          "limit": int(open("/proc/sys/user/max_inotify_instances").read())}}
+"""
+
+
+@pytest.mark.usefixtures("runner")
+def test_inotify_instances_are_counted_per_session():
+    with held(INOTIFY.format(n=100000) + HOLD) as got:
+        assert got["errno"] == errno.EMFILE, got
+        host = host_py(INOTIFY.format(n=8) + "print(json.dumps(result))")
+        assert host["count"] == 8, f"host root starved of inotify instances: {host}"
+        other = inside(INOTIFY.format(n=8) + "print(json.dumps(result))")
+        assert other["count"] == 8, f"a second sandbox starved of inotify instances: {other}"
+        # The session's own namespace limit, not a child namespace's unbounded default.
+        assert got["limit"] == 128 and got["count"] <= 128, got
+
+
+SIGQUEUE = r"""
+import json, resource, signal, threading
+sig = signal.SIGRTMIN + 1
+signal.pthread_sigmask(signal.SIG_BLOCK, [sig])
+n, err = 0, 0
+try:
+    while n < {n}:
+        signal.pthread_kill(threading.get_ident(), sig)  # queued: SI_TKILL, refused past the limit
+        n += 1
+except OSError as e:
+    err = e.errno
+result = {{"count": n, "errno": err, "rlimit": resource.getrlimit(resource.RLIMIT_SIGPENDING)[0]}}
+"""
+
+
+@pytest.mark.usefixtures("runner")
+def test_queued_signals_are_counted_per_session():
+    with held(SIGQUEUE.format(n=500000) + HOLD) as got:
+        assert got["errno"] == errno.EAGAIN, got
+        host = host_py(SIGQUEUE.format(n=16) + "print(json.dumps(result))")
+        assert host["count"] == 16, f"host root could not queue signals: {host}"
+        other = inside(SIGQUEUE.format(n=16) + "print(json.dumps(result))")
+        assert other["count"] == 16, f"a second sandbox could not queue signals: {other}"
+        assert got["rlimit"] == 4096 and got["count"] <= 4096, got
+
+
+MQUEUE = r"""
+import ctypes, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+class Attr(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_long), ("maxmsg", ctypes.c_long), ("msgsize", ctypes.c_long),
+                ("curmsgs", ctypes.c_long), ("pad", ctypes.c_long * 4)]
+attr = Attr(0, 10, 8192, 0)
+names, err = [], 0
+while len(names) < {n}:
+    name = "/cela-budget-{tag}-%d-%d" % (os.getpid(), len(names))
+    fd = libc.mq_open(name.encode(), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600, ctypes.byref(attr))
+    if fd < 0:
+        err = ctypes.get_errno()
+        break
+    names.append(name)
+result = {{"count": len(names), "errno": err}}
+if {unlink}:
+    for name in names:
+        libc.mq_unlink(name.encode())
+"""
+
+
+@pytest.mark.usefixtures("runner")
+def test_posix_message_queue_bytes_are_counted_per_session():
+    with held(MQUEUE.format(n=10000, tag="in", unlink=False) + HOLD) as got:
+        assert got["errno"] == errno.EMFILE, got
+        assert 1 <= got["count"] <= 10, got  # 819200 bytes of 80 KiB queues
+        host = host_py(MQUEUE.format(n=2, tag="host", unlink=True) + "print(json.dumps(result))")
+        assert host["count"] == 2, f"host root could not create message queues: {host}"
+        other = inside(MQUEUE.format(n=2, tag="other", unlink=True) + "print(json.dumps(result))")
+        assert other["count"] == 2, f"a second sandbox could not create message queues: {other}"
