@@ -29,7 +29,7 @@ struct InitConfig {
 
 // Entry of `cela __init` (the child re-executed itself, as a multi-threaded host side
 // must: after clone only async-signal-safe calls are allowed until execve). The
-// first message on `control_fd` is `config` {hostname, shm_bytes}; the seccomp
+// first message on `control_fd` is `config` {hostname, shm_bytes, pty_max}; the seccomp
 // program comes from the cache the host side filled (cached_seccomp_program).
 [[noreturn]] void run_init_reexec(int control_fd);
 

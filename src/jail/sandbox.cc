@@ -230,7 +230,9 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
   }
   if (spec.reexec_init) {
     if (::send(sb->control_fd(), "m", 1, MSG_NOSIGNAL) != 1) return sys_fail("signal id maps to init");
-    json::object config = message(MessageType::config, {{"hostname", spec.hostname}, {"shm_bytes", spec.rootfs.shm_bytes}});
+    json::object config = message(MessageType::config, {{"hostname", spec.hostname},
+                                                         {"shm_bytes", spec.rootfs.shm_bytes},
+                                                         {"pty_max", spec.rootfs.pty_max}});
     if (auto r = send_message(sb->control_fd(), config); !r) return std::unexpected(r.error());
   }
   if (auto r = send_message(sb->control_fd(), message(MessageType::maps), attach); !r) return std::unexpected(r.error());

@@ -151,6 +151,34 @@ def test_queued_signals_are_counted_per_session():
         assert got["rlimit"] == 4096 and got["count"] <= 4096, got
 
 
+@pytest.mark.usefixtures("runner")
+def test_queued_signals_share_one_ceiling_across_uids_inside():
+    # Root queues 3000, then a uid-1000 child queues what it can: each uid has its own
+    # counter, but both are charged to the session's owner, whose ceiling is the
+    # session's RLIMIT_SIGPENDING.
+    code = SIGQUEUE.format(n=3000) + r"""
+import os
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setgroups([]); os.setresgid(1000, 1000, 1000); os.setresuid(1000, 1000, 1000)
+    n = 0
+    try:
+        while n < 10000:
+            signal.pthread_kill(threading.get_ident(), sig)
+            n += 1
+    except OSError:
+        pass
+    os.write(w, str(n).encode())
+    os._exit(0)
+os.wait()
+result["second_uid"] = int(os.read(r, 64))
+print(json.dumps(result))
+"""
+    got = inside(code, user="root")
+    assert got["count"] == 3000, got
+    assert 0 < got["second_uid"] <= 4096 - 3000, got
+
+
 MQUEUE = r"""
 import ctypes, json, os
 libc = ctypes.CDLL(None, use_errno=True)
@@ -182,3 +210,52 @@ def test_posix_message_queue_bytes_are_counted_per_session():
         assert host["count"] == 2, f"host root could not create message queues: {host}"
         other = inside(MQUEUE.format(n=2, tag="other", unlink=True) + "print(json.dumps(result))")
         assert other["count"] == 2, f"a second sandbox could not create message queues: {other}"
+
+
+# ---- host-wide tables ----------------------------------------------------------------
+
+AIO = r"""
+import ctypes, json
+libc = ctypes.CDLL(None, use_errno=True)
+n, err = 0, 0
+while n < {n}:
+    ctx = ctypes.c_ulong(0)
+    if libc.syscall(ctypes.c_long(206), ctypes.c_long(256), ctypes.byref(ctx)) != 0:  # io_setup
+        err = ctypes.get_errno()
+        break
+    n += 1
+result = {{"count": n, "errno": err}}
+"""
+
+
+@pytest.mark.usefixtures("runner")
+def test_aio_contexts_are_not_available_inside():
+    # fs.aio-max-nr is one host-wide table no cgroup bounds: 128 contexts of 256
+    # events used it up for everyone. Inside, io_setup is a kernel without AIO.
+    with held(AIO.format(n=100000) + HOLD) as got:
+        host = host_py(AIO.format(n=4) + "print(json.dumps(result))")
+        assert host["count"] == 4, f"host root could not set up AIO contexts: {host}"
+        assert got == {"count": 0, "errno": errno.ENOSYS}, got
+
+
+PTYS = r"""
+import json, os
+ptys, err = [], 0
+try:
+    while len(ptys) < {n}:
+        ptys.append(os.openpty())
+except OSError as e:
+    err = e.errno
+result = {{"count": len(ptys), "errno": err}}
+"""
+
+
+@pytest.mark.usefixtures("runner")
+def test_ptys_are_capped_per_session():
+    # kernel.pty.max is shared by every devpts instance; the session's own has max=64.
+    with held(PTYS.format(n=1000) + HOLD) as got:
+        assert got == {"count": 64, "errno": errno.ENOSPC}, got
+        host = host_py(PTYS.format(n=4) + "print(json.dumps(result))")
+        assert host["count"] == 4, host
+        other = inside(PTYS.format(n=4) + "print(json.dumps(result))")
+        assert other["count"] == 4, other
