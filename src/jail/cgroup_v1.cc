@@ -32,6 +32,19 @@ struct V1Paths {
   std::vector<std::string> all;  // every distinct directory, v1 ones then unified
 };
 
+// v1 charges socket buffers (TCP, UDP: everything the kernel accounts as socket
+// memory) to a cgroup only once its memory.kmem.tcp.limit_in_bytes has been written,
+// and then to a counter of their own: without it a 64 MiB session queued 403 MiB in
+// loopback TCP buffers. The session's socket buffers get the memory limit as their
+// own ceiling. A cgroup charges the sockets its tasks create, so per-exec children
+// turn the accounting on too ("-1": bounded by the session's counter above them).
+// Kernels without the file (it is deprecated) are left as they are.
+Result<void> set_tcp_memory(const std::string& memory_dir, uint64_t bytes) {
+  std::string tcp = memory_dir + "/memory.kmem.tcp.limit_in_bytes";
+  if (!exists(tcp)) return {};
+  return write_file(tcp, bytes ? std::to_string(bytes) : "-1");
+}
+
 class CgroupV1 final : public Cgroup {
  public:
   CgroupV1(std::string name, V1Paths paths, UniqueFd unified_fd)
@@ -73,6 +86,7 @@ Result<void> CgroupV1::apply(const CgroupLimits& limits) {
   std::string quota_us = *quota ? std::to_string(*quota) : "-1";
   std::string pids_max = limits.pids ? std::to_string(limits.pids) : "max";
   auto r = set_memory(limits.memory_bytes);
+  if (r) r = set_tcp_memory(paths_.memory, limits.memory_bytes);
   if (r) r = write_file(paths_.memory + "/memory.swappiness", "0");
   if (r) r = write_file(paths_.cpu + "/cpu.cfs_period_us", std::to_string(kCpuPeriodUs));
   if (r) r = write_file(paths_.cpu + "/cpu.cfs_quota_us", quota_us);
@@ -245,6 +259,7 @@ Result<std::unique_ptr<Cgroup>> CgroupV1::create_child(const std::string& name) 
     if (auto r = make_cgroup_dir(child.all.back()); !r) return std::unexpected(r.error());
     created.add(child.all.back());
   }
+  if (auto r = set_tcp_memory(child.memory, 0); !r) return std::unexpected(r.error());
   created.commit();
   return std::make_unique<CgroupV1>(name_ + "/" + name, std::move(child), UniqueFd());
 }

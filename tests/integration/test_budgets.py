@@ -259,3 +259,168 @@ def test_ptys_are_capped_per_session():
         assert host["count"] == 4, host
         other = inside(PTYS.format(n=4) + "print(json.dumps(result))")
         assert other["count"] == 4, other
+
+
+# ---- memory the kernel spends on the session's behalf ------------------------------------
+
+def flood(code, memory="64m"):
+    """Runs a flood in a session of `memory`; returns (result, outcome record)."""
+    r, out, _ = conftest.run_json(["python3", "-c", code], template=TEMPLATE, opts=["--memory", memory])
+    lines = [l for l in out.splitlines() if l.startswith("{")]
+    return (json.loads(lines[-1]) if lines else None), r
+
+
+TCP_FLOOD = r"""
+import json, socket, time
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(128)
+conns, peers = [], []
+for _ in range(96):
+    c = socket.create_connection(srv.getsockname())
+    conns.append(c)
+    peers.append(srv.accept()[0])  # never read: everything queues in the kernel
+chunk = b"x" * 65536
+queued, err, last = 0, 0, time.monotonic()
+for c in conns:
+    c.setblocking(False)
+while time.monotonic() - last < 1.0 and queued < (600 << 20):
+    for c in conns:
+        try:
+            queued += c.send(chunk)
+            last = time.monotonic()
+        except BlockingIOError:
+            pass
+        except OSError as e:
+            err = e.errno
+print(json.dumps({"queued_mib": queued >> 20, "errno": err}), flush=True)
+"""
+
+
+@pytest.mark.usefixtures("runner")
+def test_tcp_socket_buffers_are_charged_to_the_session():
+    # Loopback TCP buffers of a 64 MiB session: 403 MiB queued without an OOM before
+    # cgroup v1's tcp accounting was switched on.
+    got, r = flood(TCP_FLOOD)
+    assert r["state"] in ("exited", "oom_killed"), r
+    if got is not None:
+        assert got["queued_mib"] < 96, got
+
+
+UDP_FLOOD = r"""
+import json, socket
+receivers = []
+for _ in range(500):
+    r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+    r.bind(("127.0.0.1", 0))
+    receivers.append(r)  # never read
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setblocking(False)
+for r in receivers:
+    for _ in range(8):
+        try:
+            s.sendto(b"x" * 60000, r.getsockname())
+        except OSError:
+            pass
+queued = sum(int(l.split()[4].split(":")[1], 16) for l in open("/proc/net/udp").read().splitlines()[1:])
+print(json.dumps({"queued_mib": queued >> 20}), flush=True)
+"""
+
+
+@pytest.mark.usefixtures("runner")
+def test_udp_receive_queues_are_charged_to_the_session():
+    # Datagrams queued at never-read loopback receivers: 232 MiB in a 32 MiB session
+    # before socket memory was charged.
+    got, r = flood(UDP_FLOOD, memory="32m")
+    assert r["state"] in ("exited", "oom_killed"), r
+    if got is not None:
+        assert got["queued_mib"] < 48, got
+
+
+PIPE_FLOOD = r"""
+import fcntl, json, os
+total, err, pipes = 0, 0, []
+chunk = b"x" * 65536
+try:
+    while total < (400 << 20) and len(pipes) < 1500:
+        r, w = os.pipe()
+        pipes.append((r, w))
+        try:
+            fcntl.fcntl(w, 1031, 1 << 20)  # F_SETPIPE_SZ
+        except OSError:
+            pass
+        os.set_blocking(w, False)
+        while True:
+            try:
+                total += os.write(w, chunk)
+            except BlockingIOError:
+                break
+except OSError as e:
+    err = e.errno
+print(json.dumps({"queued_mib": total >> 20, "errno": err}), flush=True)
+"""
+
+
+@pytest.mark.usefixtures("runner")
+def test_pipe_buffers_are_charged_to_the_session():
+    # Uncharged, a uid could keep ~80 MiB in pipes (pipe-user-pages-soft plus two
+    # pages per further pipe); charged, a 32 MiB session cannot.
+    got, r = flood(PIPE_FLOOD, memory="32m")
+    assert r["state"] in ("exited", "oom_killed"), r
+    if got is not None:
+        assert got["queued_mib"] < 32, got
+    assert r["peak_memory_bytes"] <= 32 << 20, r
+
+
+UNIX_FLOOD = r"""
+import json, socket
+total, pairs = 0, []
+try:
+    while total < (400 << 20) and len(pairs) < 1500:
+        a, b = socket.socketpair()
+        pairs.append((a, b))
+        a.setblocking(False)
+        while True:
+            try:
+                total += a.send(b"x" * 65536)
+            except BlockingIOError:
+                break
+except OSError:
+    pass
+print(json.dumps({"queued_mib": total >> 20}), flush=True)
+"""
+
+
+@pytest.mark.usefixtures("runner")
+def test_unix_socket_buffers_are_charged_to_the_session():
+    got, r = flood(UNIX_FLOOD, memory="32m")
+    assert r["state"] in ("exited", "oom_killed"), r
+    if got is not None:
+        assert got["queued_mib"] < 32, got
+    assert r["peak_memory_bytes"] <= 32 << 20, r
+
+
+TMPFS_FLOOD = r"""
+import json
+total, err = 0, 0
+try:
+    with open("/tmp/fill", "wb") as f:
+        while total < (200 << 20):
+            f.write(b"x" * (1 << 20))
+            f.flush()
+            total += 1 << 20
+except OSError as e:
+    err = e.errno
+print(json.dumps({"written_mib": total >> 20, "errno": err}), flush=True)
+"""
+
+
+@pytest.mark.usefixtures("runner")
+def test_tmpfs_pages_are_charged_to_the_session():
+    # The writable layer and /dev/shm are tmpfs: their pages are the session's memory.
+    got, r = flood(TMPFS_FLOOD, memory="32m")
+    assert r["state"] in ("exited", "oom_killed"), r
+    if got is not None:
+        assert got["written_mib"] < 32, got
+    assert r["peak_memory_bytes"] <= 32 << 20, r

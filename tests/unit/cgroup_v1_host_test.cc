@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -232,6 +234,47 @@ TEST_F(CgroupV1Host, ApplyWritesV1LimitsInEitherDirection) {
   EXPECT_GT(std::stoull(slurp(memory / "memory.limit_in_bytes")), 1ull << 60);
   EXPECT_EQ(slurp(cpu / "cpu.cfs_quota_us"), "-1");
   EXPECT_EQ(slurp(dir("pids", cg.name()) / "pids.max"), "max");
+}
+
+// v1 charges socket buffers only to cgroups whose kmem.tcp limit was written: the
+// session's gets its memory limit, and a per-exec child turns the accounting on so
+// sockets its tasks create count against the session's counter above it.
+TEST_F(CgroupV1Host, SocketBuffersOfAnExecChildAreChargedToTheSession) {
+  Cgroup& cg = create(*host_);
+  fs::path tcp = dir("memory", cg.name()) / "memory.kmem.tcp.limit_in_bytes";
+  if (!fs::exists(tcp)) GTEST_SKIP() << "kernel without v1 tcp accounting";
+  ASSERT_TRUE(cg.apply({.memory_bytes = 64 * kMiB, .cpus = 0, .pids = 64}));
+  EXPECT_EQ(slurp(tcp), std::to_string(64 * kMiB));
+  auto child = cg.create_child("e-1");
+  ASSERT_TRUE(child) << child.error().message();
+  ReadySignal ready;
+  pid_t pid = start_in(**child, [&]() -> int {
+    int srv = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (::bind(srv, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(srv, 1) != 0 ||
+        ::getsockname(srv, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+      return 91;
+    int c = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    (void)::connect(c, reinterpret_cast<sockaddr*>(&addr), len);
+    int peer = ::accept(srv, nullptr, nullptr);  // never read
+    if (peer < 0) return 92;
+    pollfd out{c, POLLOUT, 0};
+    if (::poll(&out, 1, 5000) != 1) return 93;
+    static char chunk[65536];
+    for (int i = 0; i < 64; ++i) (void)::send(c, chunk, sizeof chunk, MSG_DONTWAIT);
+    ready.send();
+    ::pause();
+    return 0;
+  });
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(ready.wait());
+  EXPECT_GT(std::stoull(slurp(dir("memory", cg.name()) / "memory.kmem.tcp.usage_in_bytes")), kMiB);
+  ::kill(pid, SIGKILL);
+  EXPECT_TRUE(killed_by_sigkill(wait_exit(pid)));
+  ASSERT_TRUE((*child)->destroy());
 }
 
 TEST_F(CgroupV1Host, AttachKillAllAndDestroy) {
