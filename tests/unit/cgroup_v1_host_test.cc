@@ -277,6 +277,60 @@ TEST_F(CgroupV1Host, SocketBuffersOfAnExecChildAreChargedToTheSession) {
   ASSERT_TRUE((*child)->destroy());
 }
 
+// Block I/O limits exist only when the host is opened with some: then every sandbox
+// gets a blkio cgroup holding the throttles (the weight where a proportional policy
+// exists), removed with it.
+TEST_F(CgroupV1Host, BlockIoLimitsGoToBlkioOnlyWhenConfigured) {
+  if (!fs::exists(kRoot / "blkio")) GTEST_SKIP() << "no blkio hierarchy";
+  Cgroup& plain = create(*host_);
+  EXPECT_FALSE(fs::exists(dir("blkio", plain.name())));
+  EXPECT_FALSE(host_->io_support().throttle);  // not asked for
+
+  auto disk = whole_disk_of("/");
+  ASSERT_TRUE(disk) << disk.error().message();
+  if (!*disk) GTEST_SKIP() << "/ is not on a block device";
+  IoLimits io{.weight = 300, .devices = {{.major = (*disk)->first, .minor = (*disk)->second,
+                                          .read_bps = 4 * kMiB, .write_iops = 500}}};
+  auto host = open_cgroup_host(mode_, kRoot, {.io = io});
+  ASSERT_TRUE(host) << host.error().message();
+  IoSupport support = (*host)->io_support();
+  Cgroup& cg = create(**host);
+  ASSERT_TRUE(cg.apply({.memory_bytes = 0, .cpus = 0, .pids = 16}));
+  fs::path blkio = dir("blkio", cg.name());
+  ASSERT_TRUE(fs::is_directory(blkio));
+  std::string dev = std::to_string((*disk)->first) + ":" + std::to_string((*disk)->second);
+  if (support.throttle) {
+    EXPECT_EQ(slurp(blkio / "blkio.throttle.read_bps_device"), dev + " " + std::to_string(4 * kMiB));
+    EXPECT_EQ(slurp(blkio / "blkio.throttle.write_iops_device"), dev + " 500");
+    EXPECT_EQ(slurp(blkio / "blkio.throttle.write_bps_device"), "");  // 0: no limit written
+  }
+  if (fs::exists(blkio / "blkio.weight")) {
+    EXPECT_EQ(slurp(blkio / "blkio.weight"), "300");
+  } else if (fs::exists(blkio / "blkio.bfq.weight")) {
+    EXPECT_EQ(slurp(blkio / "blkio.bfq.weight"), "300");
+    EXPECT_TRUE(support.weight);
+  }
+  auto child = cg.create_child("e-1");
+  ASSERT_TRUE(child) << child.error().message();
+  EXPECT_TRUE(fs::is_directory(blkio / "e-1"));
+  ASSERT_TRUE((*child)->destroy());
+  ASSERT_TRUE(cg.destroy());
+  EXPECT_FALSE(fs::exists(blkio));
+}
+
+// A cela opened without block I/O limits still finds and removes leftovers another
+// (configured) cela left in blkio.
+TEST_F(CgroupV1Host, RemoveStaleReachesBlkioLeftoversWithoutBlockIoLimits) {
+  if (!fs::exists(kRoot / "blkio")) GTEST_SKIP() << "no blkio hierarchy";
+  std::string name = next_name();
+  fs::create_directories(dir("blkio", name) / "e-3");
+  auto names = host_->list();
+  ASSERT_TRUE(names);
+  EXPECT_NE(std::ranges::find(*names, name), names->end());
+  ASSERT_TRUE(host_->remove_stale(name));
+  EXPECT_FALSE(fs::exists(dir("blkio", name)));
+}
+
 TEST_F(CgroupV1Host, AttachKillAllAndDestroy) {
   Cgroup& cg = create(*host_);
   std::string name = cg.name();
