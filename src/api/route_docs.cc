@@ -84,7 +84,9 @@ const RouteDoc create_session{
     .summary = "Create a session; answers once its init is up and can run code",
     .description =
         "Asking for network other than {\"mode\": \"none\"}, packages other than off, secrets or "
-        "volumes answers policy_denied until those features land.",
+        "volumes answers policy_denied until those features land. capacity_exceeded (503) also when the "
+        "memory, pids or open files granted to live sessions plus this one would pass what the host has "
+        "times the operator's overcommit ratio (answered at once, whatever wait_s).",
     .params = {query_param("wait_s", bounded(integer_schema(), 0, 300),
                            "wait this long for host capacity, then answer 503 as without it")},
     .body = {json_body(ref("CreateSession"), false, "every field optional")},

@@ -5,6 +5,7 @@
 // (<root>/unified/cela/<name>: cgroup.kill, cgroup.events) when there is one, else
 // through the v1 freezer.
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <csignal>
 #include <cstdlib>
@@ -288,11 +289,18 @@ Result<std::unique_ptr<Cgroup>> CgroupV1::create_child(const std::string& name) 
   if (auto r = check_name(name); !r) return std::unexpected(r.error());
   auto in = [&](const std::string& dir) { return dir.empty() ? std::string() : dir + "/" + name; };
   // No cgroup2 part: joining it would take the global lock (see open_self_attach).
+  // No blkio part either: v1 throttles each cgroup on its own (hierarchical limits
+  // exist only on cgroup2), so the execs stay in the sandbox's blkio cgroup and share
+  // its limits. (Unless blkio shares a hierarchy with another controller.)
+  bool own_blkio = !paths_.blkio.empty() &&
+                   std::ranges::none_of(std::array{&paths_.memory, &paths_.cpu, &paths_.cpuacct, &paths_.pids,
+                                                   &paths_.freezer},
+                                        [&](const std::string* p) { return *p == paths_.blkio; });
   V1Paths child{in(paths_.memory), in(paths_.cpu), in(paths_.cpuacct), in(paths_.pids), in(paths_.freezer),
-                in(paths_.blkio), std::string(), {}};
+                own_blkio ? std::string() : in(paths_.blkio), std::string(), {}};
   CreatedDirs created;
   for (const std::string& dir : paths_.all) {
-    if (dir == paths_.unified) continue;
+    if (dir == paths_.unified || (own_blkio && dir == paths_.blkio)) continue;
     child.all.push_back(dir + "/" + name);
     if (auto r = make_cgroup_dir(child.all.back()); !r) return std::unexpected(r.error());
     created.add(child.all.back());

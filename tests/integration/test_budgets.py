@@ -424,3 +424,131 @@ def test_tmpfs_pages_are_charged_to_the_session():
     if got is not None:
         assert got["written_mib"] < 32, got
     assert r["peak_memory_bytes"] <= 32 << 20, r
+
+
+# ---- block I/O --------------------------------------------------------------------------
+
+DIRECT_READ = r"""
+import json, mmap, os, sys, time
+path = os.path.realpath(sys.executable)  # a template file on the host's disk
+buf = mmap.mmap(-1, 1 << 20)  # O_DIRECT needs an aligned buffer
+try:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    direct = True
+except OSError:
+    fd, direct = os.open(path, os.O_RDONLY), False
+size = os.fstat(fd).st_size
+total, end, off = 0, time.monotonic() + 1.5, 0
+start = time.monotonic()
+while time.monotonic() < end:
+    if not direct:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # the next read goes to the disk
+    n = os.preadv(fd, [buf], off)
+    total += n
+    off = off + n if n and off + n + (1 << 20) <= size else 0
+print(json.dumps({"mib_per_s": total / (time.monotonic() - start) / (1 << 20), "direct": direct}))
+"""
+
+
+def _direct_read_rate(d):
+    sid = d.session(template=TEMPLATE)
+    try:
+        st, rec, _ = d.request("POST", f"/v1/sessions/{sid}/run", {"argv": ["python3", "-c", DIRECT_READ]})
+        assert st == 200 and rec["exit_code"] == 0, rec
+        return json.loads(rec["stdout"])
+    finally:
+        d.request("DELETE", f"/v1/sessions/{sid}")
+
+
+def test_block_io_throttle_bounds_a_session_reading_the_disk():
+    # Reads that miss the page cache, from a session throttled to 2 MiB/s on the disk
+    # holding the templates (the default devices).
+    if not (CGROUP_BLKIO.exists() or (conftest.CGROUP_ROOT / "cgroup.controllers").exists()):
+        pytest.skip("no block I/O controller on this host")
+    from daemon_util import Daemon
+    d = Daemon({"block_io": {"read_bps": 2 << 20}}).start()
+    try:
+        got = _direct_read_rate(d)
+        assert got["mib_per_s"] < 3.5, got
+        assert "not applied" not in d.logs() and "not throttled" not in d.logs(), d.logs()
+    finally:
+        d.close()
+
+
+CGROUP_BLKIO = conftest.CGROUP_ROOT / "blkio"
+
+
+# ---- host admission ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("table,config,limits", [
+    ("memory", {"host": {"memory_mb": 1024}, "overcommit": {"memory": 1.0}}, {"memory_mb": 512}),
+    ("pids", {"host": {"pids": 600}, "overcommit": {"pids": 1.0}}, {"memory_mb": 64, "pids": 256}),
+    # Open files: RLIMIT_NOFILE 4096 of each exec times 256 pids, per session.
+    ("open files", {"host": {"files": 5 * 4096 * 128}, "overcommit": {"files": 1.0}},
+     {"memory_mb": 64, "pids": 256}),
+])
+def test_admission_refuses_past_the_host_grant_budget(table, config, limits):
+    from daemon_util import Daemon
+    d = Daemon({"admission": config}).start()
+    try:
+        body = {"template": TEMPLATE, "limits": limits}
+        ids = []
+        for _ in range(2):
+            st, s, _ = d.request("POST", "/v1/sessions", body)
+            assert st == 201, s
+            ids.append(s["id"])
+        st, err, resp = d.request("POST", "/v1/sessions", body)
+        assert st == 503, err
+        assert err["error"]["code"] == "capacity_exceeded", err
+        assert table in err["error"]["message"], err
+        d.delete(ids.pop())  # an ended session gives its grant back
+        st, s, _ = d.request("POST", "/v1/sessions", body)
+        assert st == 201, s
+        ids.append(s["id"])
+        for sid in ids:
+            d.delete(sid)
+    finally:
+        d.close()
+
+
+def test_admission_measures_the_hosts_memory():
+    # No capacity configured: MemTotal times the ratio. Two sessions of 45% of it
+    # fit under 1.0; a third does not.
+    mem_mb = int(open("/proc/meminfo").read().split("MemTotal:")[1].split()[0]) // 1024
+    size = mem_mb * 45 // 100
+    from daemon_util import Daemon
+    d = Daemon({"admission": {"overcommit": {"memory": 1.0}}, "maxima": {"memory_mb": size},
+                "tenant_quotas": {"max_sessions": 10, "max_memory_mb": 10 * size, "max_cpus": 4}}).start()
+    try:
+        body = {"template": TEMPLATE, "limits": {"memory_mb": size}}
+        ids = []
+        for _ in range(2):
+            st, s, _ = d.request("POST", "/v1/sessions", body)
+            assert st == 201, s
+            ids.append(s["id"])
+        st, err, _ = d.request("POST", "/v1/sessions", body)
+        assert st == 503 and err["error"]["code"] == "capacity_exceeded", err
+        for sid in ids:
+            d.delete(sid)
+    finally:
+        d.close()
+
+
+def test_daemon_config_sets_the_session_budgets():
+    from daemon_util import Daemon
+    d = Daemon({"session_budgets": {"sigpending": 100, "msgqueue_bytes": 200000, "ptys": 8,
+                                    "user_namespace": {"max_inotify_instances": 5}}}).start()
+    code = (INOTIFY.format(n=50) + "ino = result\n" + PTYS.format(n=50) + "pty = result\n" + r"""
+import resource
+print(json.dumps({"inotify": ino["count"], "ptys": pty["count"],
+                  "sigpending": resource.getrlimit(resource.RLIMIT_SIGPENDING)[0],
+                  "msgqueue": resource.getrlimit(resource.RLIMIT_MSGQUEUE)[0]}))
+""")
+    try:
+        sid = d.session(template=TEMPLATE)
+        st, rec, _ = d.request("POST", f"/v1/sessions/{sid}/run", {"argv": ["python3", "-c", code]})
+        assert st == 200 and rec["exit_code"] == 0, rec
+        assert json.loads(rec["stdout"]) == {"inotify": 5, "ptys": 8, "sigpending": 100, "msgqueue": 200000}
+        d.delete(sid)
+    finally:
+        d.close()
