@@ -508,19 +508,22 @@ def test_admission_measures_the_hosts_memory():
 
 def test_daemon_config_sets_the_session_budgets():
     from daemon_util import Daemon
-    d = Daemon({"session_budgets": {"sigpending": 100, "msgqueue_bytes": 200000, "ptys": 8,
+    d = Daemon({"session_budgets": {"sigpending": 100, "msgqueue_bytes": 200000, "memlock_bytes": 65536, "ptys": 8,
                                     "user_namespace": {"max_inotify_instances": 5}}}).start()
     code = (INOTIFY.format(n=50) + "ino = result\n" + PTYS.format(n=50) + "pty = result\n" + r"""
 import resource
 print(json.dumps({"inotify": ino["count"], "ptys": pty["count"],
                   "sigpending": resource.getrlimit(resource.RLIMIT_SIGPENDING)[0],
-                  "msgqueue": resource.getrlimit(resource.RLIMIT_MSGQUEUE)[0]}))
+                  "msgqueue": resource.getrlimit(resource.RLIMIT_MSGQUEUE)[0],
+                  "memlock": resource.getrlimit(resource.RLIMIT_MEMLOCK),
+                  "userns": int(open("/proc/sys/user/max_user_namespaces").read())}))
 """)
     try:
         sid = d.session(template=TEMPLATE)
         st, rec, _ = d.request("POST", f"/v1/sessions/{sid}/run", {"argv": ["python3", "-c", code]})
         assert st == 200 and rec["exit_code"] == 0, rec
-        assert json.loads(rec["stdout"]) == {"inotify": 5, "ptys": 8, "sigpending": 100, "msgqueue": 200000}
+        assert json.loads(rec["stdout"]) == {"inotify": 5, "ptys": 8, "sigpending": 100, "msgqueue": 200000,
+                                             "memlock": [65536, 65536], "userns": 0}
         d.delete(sid)
     finally:
         d.close()
