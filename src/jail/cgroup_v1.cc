@@ -6,6 +6,7 @@
 // through the v1 freezer.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <climits>
 #include <csignal>
 #include <cstdlib>
@@ -346,6 +347,7 @@ class CgroupV1Host final : public CgroupHost {
   CgroupMode mode_;
   V1Layout layout_;
   IoLimits io_;
+  std::atomic<bool> tcp_key_held_{false};  // create() runs on several threads
 };
 
 std::vector<std::string> CgroupV1Host::parents(bool leftovers) const {
@@ -381,6 +383,11 @@ Result<std::unique_ptr<Cgroup>> CgroupV1Host::create(const std::string& name) {
     if (*made) created.add(parent);
   }
   enable_memory_hierarchy(layout_.memory + "/cela");
+  // Socket accounting is behind a kernel static key, switched on with the first
+  // accounting cgroup and off with the last: a key flip patches kernel text (~ms), and
+  // sandboxes made and removed one after another would flip it every time. cela/
+  // (no tasks of its own) keeps it on.
+  if (!tcp_key_held_.exchange(true)) (void)set_tcp_memory(layout_.memory + "/cela", 0);
   V1Paths paths = paths_for(name);
   for (const std::string& dir : paths.all) {
     if (auto r = make_cgroup_dir(dir); !r) return std::unexpected(r.error());
