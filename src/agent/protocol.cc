@@ -67,7 +67,7 @@ Result<void> send_message(int sock, const json::object& body, const std::vector<
   }
 }
 
-Result<Message> recv_message(int sock) {
+Result<Message> recv_message(int sock, bool keep_short_fds) {
   std::string buf(kMaxMessageBytes, '\0');
   iovec iov{buf.data(), buf.size()};
   msghdr msg{};
@@ -91,7 +91,11 @@ Result<Message> recv_message(int sock) {
     }
   }
   if (n == 0) return fail(ErrorCode::not_found, "eof");
-  if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) return fail(ErrorCode::limit, "control message truncated");
+  if (msg.msg_flags & MSG_TRUNC) return fail(ErrorCode::limit, "control message truncated");
+  if (msg.msg_flags & MSG_CTRUNC) {
+    if (!keep_short_fds) return fail(ErrorCode::limit, "control message truncated");
+    out.fds_truncated = true;
+  }
   buf.resize(static_cast<size_t>(n));
   boost::system::error_code ec;
   json::value v = json::parse(buf, ec);

@@ -56,6 +56,9 @@ ExecStep exec_step(std::string_view name);
 struct Message {
   boost::json::object body;
   std::vector<UniqueFd> fds;
+  // The receiver had no room for every descriptor sent (it is at its RLIMIT_NOFILE: the
+  // kernel dropped the rest, MSG_CTRUNC); `fds` holds those that arrived.
+  bool fds_truncated = false;
 
   MessageType type() const;
 };
@@ -66,8 +69,11 @@ boost::json::object message(MessageType type, boost::json::object fields = {});
 // Sends one message (with `fds`, not taken) on a SOCK_SEQPACKET socket.
 Result<void> send_message(int sock, const boost::json::object& body, const std::vector<int>& fds = {});
 
-// Receives one message. EOF (peer gone) is ErrorCode::not_found with context "eof".
-Result<Message> recv_message(int sock);
+// Receives one message. EOF (peer gone) is ErrorCode::not_found with context "eof". A
+// message whose descriptors did not all fit is ErrorCode::limit, unless
+// `keep_short_fds`: then it is returned whole with fds_truncated set, for a receiver
+// that can still act on it (fail that one exec rather than lose the channel).
+Result<Message> recv_message(int sock, bool keep_short_fds = false);
 bool is_eof(const Error& error);
 
 // A request to start a process inside the sandbox.

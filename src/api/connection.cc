@@ -30,8 +30,6 @@ namespace {
 // a socket with unread input resets the connection, and the client may then lose the
 // answer we just wrote (e.g. a 413 sent before the body it is still uploading).
 constexpr std::chrono::milliseconds kLingerTimeout{2000};
-// Over-limit connections being answered 503 at once; past this they are closed bare.
-constexpr std::size_t kMaxRejecting = 64;
 
 bool is_http_parse_error(const error_code& ec) {
   return ec.category() == http::make_error_code(http::error::bad_method).category();
@@ -82,10 +80,7 @@ std::optional<PeerCred> peer_credentials(int fd) {
   return PeerCred{cred.pid, cred.uid, cred.gid};
 }
 
-std::string tcp_peer_address(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof addr;
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "?";
+std::string tcp_peer_address(const sockaddr_storage& addr) {
   char host[INET6_ADDRSTRLEN] = {};
   if (addr.ss_family == AF_INET) {
     const auto* in = reinterpret_cast<const sockaddr_in*>(&addr);
@@ -100,28 +95,49 @@ std::string tcp_peer_address(int fd) {
   return "?";
 }
 
-// A connection past max_connections: answered 503 capacity_exceeded at once, its input
-// drained briefly, then closed; the whole exchange lasts at most kLingerTimeout.
+// The whole answer to a refused connection, "Connection: close" included.
+std::string refusal_bytes(const ApiError& error) {
+  std::string request_id = new_request_id();
+  StringResponse res = error_response(error, request_id, {});
+  res.set(http::field::server, "cela");
+  res.set("X-Request-Id", request_id);
+  res.keep_alive(false);
+  finalize_payload(res, false);
+  std::ostringstream out;
+  out << res;
+  return out.str();
+}
+
+ApiError refusal_error(const ServerCore& core, SlotRefusal refusal) {
+  const SlotLimits& limits = core.slots.limits();
+  switch (refusal) {
+    case SlotRefusal::peer:
+      return ApiError::rate_limited("too many connections from this client (the limit is " +
+                                        std::to_string(limits.per_peer) + ")",
+                                    1);
+    case SlotRefusal::key:
+      return ApiError::rate_limited(
+          "this API key has " + std::to_string(limits.per_key) + " requests in flight, its limit",
+          1);
+    case SlotRefusal::total:
+      break;
+  }
+  return ApiError::capacity_exceeded("server is at its limit of " + std::to_string(limits.total) +
+                                     " connections");
+}
+
+// A connection refused a slot: answered at once, its input drained briefly, then
+// closed; the whole exchange lasts at most kLingerTimeout.
 class Rejection : public std::enable_shared_from_this<Rejection> {
  public:
-  Rejection(ServerCore& core, Socket socket)
-      : core_(core), socket_(std::move(socket)), timer_(socket_.get_executor()) {}
+  Rejection(ServerCore& core, Socket socket, const ApiError& error)
+      : core_(core),
+        socket_(std::move(socket)),
+        timer_(socket_.get_executor()),
+        bytes_(refusal_bytes(error)) {}
   ~Rejection() { core_.rejecting.fetch_sub(1); }
 
   void start() {
-    auto error =
-        ApiError::capacity_exceeded("server is at its limit of " +
-                                    std::to_string(core_.config.max_connections) + " connections");
-    std::string request_id = new_request_id();
-    StringResponse res = error_response(error, request_id, {});
-    res.set(http::field::server, "cela");
-    res.set("X-Request-Id", request_id);
-    res.keep_alive(false);
-    finalize_payload(res, false);
-    std::ostringstream out;
-    out << res;
-    bytes_ = out.str();
-
     timer_.expires_after(kLingerTimeout);
     timer_.async_wait([self = shared_from_this()](error_code ec) {
       if (!ec) self->close();
@@ -158,41 +174,64 @@ class Rejection : public std::enable_shared_from_this<Rejection> {
 
 }  // namespace
 
+void refuse_at_once(int fd, const ApiError& error) {
+  std::string bytes = refusal_bytes(error);
+  // A fresh socket's send buffer takes the few hundred bytes whole.
+  (void)::send(fd, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  ::shutdown(fd, SHUT_WR);
+  // Closing with unread input would reset the connection and could lose the answer;
+  // the request usually arrived with the connection, so reading it now avoids that.
+  std::array<char, 4096> scratch{};
+  for (int i = 0; i < 16 && ::recv(fd, scratch.data(), scratch.size(), MSG_DONTWAIT) > 0; ++i) {
+  }
+  ::close(fd);
+}
+
 void admit_connection(ServerCore& core, Socket socket, Transport transport,
                       const std::string& local_label) {
   int fd = socket.native_handle();
   std::optional<PeerCred> peer;
   std::string remote;
+  SlotPeer slot_peer;
   if (transport == Transport::unix_socket) {
     peer = peer_credentials(fd);
     remote = local_label;
+    // No credentials: counted as one unknown peer, never as root.
+    slot_peer = peer ? unix_slot_peer(peer->uid) : SlotPeer{"uid ?", false};
   } else {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);  // SSE events go out at once
-    remote = tcp_peer_address(fd);
+    sockaddr_storage address{};
+    socklen_t len = sizeof address;
+    getpeername(fd, reinterpret_cast<sockaddr*>(&address), &len);
+    remote = tcp_peer_address(address);
+    slot_peer = tcp_slot_peer(address);
   }
-  if (core.open_connections.fetch_add(1) >= core.config.max_connections) {
-    core.open_connections.fetch_sub(1);
+  auto slot = core.slots.open_connection(slot_peer);
+  if (!slot) {
+    ApiError error = refusal_error(core, slot.error());
     if (core.rejecting.fetch_add(1) >= kMaxRejecting) {
       core.rejecting.fetch_sub(1);
-      return;  // the socket closes here
+      return refuse_at_once(socket.release(), error);
     }
-    std::make_shared<Rejection>(core, std::move(socket))->start();
+    std::make_shared<Rejection>(core, std::move(socket), error)->start();
     return;
   }
-  auto connection =
-      std::make_shared<Connection>(core, std::move(socket), transport, peer, std::move(remote));
+  auto connection = std::make_shared<Connection>(core, std::move(socket), transport, peer,
+                                                 std::move(remote), std::move(*slot));
   core.add_connection(connection);
   connection->start();
 }
 
 Connection::Connection(ServerCore& core, Socket socket, Transport transport,
-                       std::optional<PeerCred> peer, std::string remote_address)
+                       std::optional<PeerCred> peer, std::string remote_address,
+                       ConnectionSlots::Lease slot)
     : core_(core),
       socket_(std::move(socket)),
       transport_(transport),
       peer_(peer),
       remote_address_(std::move(remote_address)),
+      slot_(std::move(slot)),
       read_timer_(socket_.get_executor()),
       write_timer_(socket_.get_executor()),
       keepalive_timer_(socket_.get_executor()) {}
@@ -298,6 +337,9 @@ void Connection::on_header(error_code ec) {
   }
   if (ec) return finish();
   first_request_ = false;
+  // Before anything reads the body: keep_alive_ is still false, so the 400 closes.
+  if (auto framing = check_framing(parser_->get(), parser_->get().version()); !framing)
+    return reject(framing.error());
   route_request();
 }
 
@@ -347,6 +389,12 @@ void Connection::route_request() {
       }
     }
     if (!principal) return reject(principal.error());
+    auto in_flight = core_.slots.begin_request(principal->key_id);
+    if (!in_flight) {
+      keep_alive_ = false;  // a client past its key's limit gives its connection back too
+      return reject(refusal_error(core_, in_flight.error()));
+    }
+    request_slot_ = std::move(*in_flight);
     tenant_ = principal->tenant_id;
     req.principal = std::move(*principal);
   }
@@ -466,6 +514,7 @@ void Connection::write_response(std::shared_ptr<StringResponse> response) {
 void Connection::on_response_written(error_code ec, bool keep_alive) {
   disarm_write_deadline();
   out_.reset();
+  request_slot_.reset();
   if (ec) return finish();
   if (!keep_alive) return graceful_close();
   read_next_request();
@@ -571,6 +620,7 @@ void Connection::on_stream_ended(error_code ec) {
   disarm_write_deadline();
   stream_writing_ = false;
   keepalive_timer_.cancel();
+  request_slot_.reset();
   auto channel = std::move(stream_);
   stream_.reset();
   if (channel) run_callbacks(channel->end());
@@ -625,7 +675,8 @@ void Connection::finish() {
     stream_.reset();
     run_callbacks(channel->end());
   }
-  core_.open_connections.fetch_sub(1);
+  request_slot_.reset();
+  slot_.reset();
   // Drops the registry's reference; the handler running this holds another.
   core_.remove_connection(this);
 }

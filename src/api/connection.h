@@ -29,6 +29,7 @@
 #include <string>
 #include <string_view>
 
+#include "api/connection_slots.h"
 #include "api/http_error.h"
 #include "api/request.h"
 #include "api/router.h"
@@ -44,15 +45,20 @@ using StreamHead = http::response<http::empty_body>;
 
 enum class StreamKind { sse, chunked };
 
-// Takes a freshly accepted socket: serves it, or answers 503 capacity_exceeded and
-// closes it when max_connections are already open.
+// Takes a freshly accepted socket: serves it when a connection slot is free for its
+// peer (api/connection_slots.h); else answers the refusal (503 capacity_exceeded, 429
+// rate_limited) and closes it.
 void admit_connection(ServerCore& core, Socket socket, Transport transport,
                       const std::string& local_label);
+// Answers `error` on the accepted socket `fd` with one non-blocking write, drops what
+// the client already sent, and closes it: for when no descriptor or lingering slot is
+// left to do it properly. Never blocks.
+void refuse_at_once(int fd, const ApiError& error);
 
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(ServerCore& core, Socket socket, Transport transport, std::optional<PeerCred> peer,
-             std::string remote_address);
+             std::string remote_address, ConnectionSlots::Lease slot);
   ~Connection();
 
   void start();
@@ -115,6 +121,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const Transport transport_;
   const std::optional<PeerCred> peer_;
   const std::string remote_address_;
+  ConnectionSlots::Lease slot_;          // this connection's slot, until finish()
+  ConnectionSlots::Lease request_slot_;  // the key's slot of the request in flight
 
   boost::beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;

@@ -1,5 +1,7 @@
 #include "api/http_error.h"
 
+#include <cerrno>
+
 #include <boost/json/value.hpp>
 
 namespace cela::api {
@@ -134,6 +136,13 @@ ApiError from_error(const Error& error) {
     case ErrorCode::policy_denied:
       return ApiError::policy_denied(error.message());
     case ErrorCode::system:
+      // Out of descriptors is the host at capacity, not a bug: retry once some free up.
+      if (error.err == EMFILE || error.err == ENFILE) {
+        ApiError e = ApiError::capacity_exceeded("server is out of file descriptors");
+        e.log_detail = error.message();
+        return e;
+      }
+      break;
     case ErrorCode::internal:
       break;
   }

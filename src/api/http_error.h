@@ -95,9 +95,10 @@ Headers error_headers(const ApiError& e);
 // The mapping of internal failures to wire errors, in one place: each ErrorCode of the
 // same name maps to its ApiError (conflict, gone, quota_exceeded, capacity_exceeded with
 // Retry-After 1, policy_denied); invalid_argument -> invalid_request, not_found ->
-// not_found, permission_denied -> forbidden, limit -> payload_too_large; system and
-// internal -> internal, whose Error text goes to log_detail only (it names host paths
-// and errnos). The message is Error::message().
+// not_found, permission_denied -> forbidden, limit -> payload_too_large; system with
+// EMFILE or ENFILE (out of descriptors) -> capacity_exceeded, the errno text in
+// log_detail; other system and internal -> internal, whose Error text goes to
+// log_detail only (it names host paths and errnos). The message is Error::message().
 ApiError from_error(const Error& error);
 
 }  // namespace cela::api

@@ -1,5 +1,6 @@
 #include "api/listener.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -23,7 +24,18 @@ namespace {
 
 // After a failed accept (e.g. EMFILE), the pending connection is still queued: retrying
 // at once would spin.
-constexpr std::chrono::milliseconds kAcceptRetry{100};
+constexpr std::chrono::milliseconds kFirstBackoff{10};
+constexpr std::chrono::milliseconds kMaxBackoff{1000};
+// Connections answered through the spare descriptor per backoff round.
+constexpr int kShedPerRound = 64;
+
+bool out_of_descriptors(const error_code& ec) {
+  return ec == asio::error::no_descriptors || ec.value() == ENFILE;
+}
+
+int open_spare() {
+  return ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
 
 }  // namespace
 
@@ -108,7 +120,8 @@ Listener::Listener(ServerCore& core, UniqueFd fd, int family, Transport transpor
                 fd.release()),
       transport_(transport),
       label_(std::move(label)),
-      retry_timer_(acceptor_.get_executor()) {}
+      retry_timer_(acceptor_.get_executor()),
+      spare_(open_spare()) {}
 
 void Listener::start() {
   asio::post(acceptor_.get_executor(), [self = shared_from_this()] { self->accept(); });
@@ -127,17 +140,52 @@ void Listener::accept() {
       asio::make_strand(core_.ioc), [self = shared_from_this()](error_code ec, auto socket) {
         if (ec == asio::error::operation_aborted || !self->acceptor_.is_open()) return;
         if (ec == asio::error::connection_aborted) return self->accept();
-        if (ec) {
-          self->core_.log("accept on " + self->label_ + ": " + ec.message());
-          self->retry_timer_.expires_after(kAcceptRetry);
-          self->retry_timer_.async_wait([self](error_code wait_ec) {
-            if (!wait_ec) self->accept();
-          });
-          return;
+        if (ec) return self->on_accept_failed(ec);
+        if (self->backoff_.count() > 0) {
+          self->core_.log("accept on " + self->label_ + ": accepting again (" +
+                          std::to_string(self->shed_) + " connection(s) answered 503 meanwhile)");
+          self->backoff_ = std::chrono::milliseconds{0};
+          self->shed_ = 0;
         }
+        if (!self->spare_) self->spare_.reset(open_spare());
         admit_connection(self->core_, Socket(std::move(socket)), self->transport_, self->label_);
         self->accept();
       });
+}
+
+void Listener::on_accept_failed(const error_code& ec) {
+  if (backoff_.count() == 0) {
+    core_.log("accept on " + label_ + ": " + ec.message() +
+              (out_of_descriptors(ec) ? "; answering 503 and retrying until descriptors free up"
+                                      : "; retrying"));
+    backoff_ = kFirstBackoff;
+  } else {
+    backoff_ = std::min(backoff_ * 2, kMaxBackoff);
+  }
+  if (out_of_descriptors(ec)) shed_with_spare();
+  retry_timer_.expires_after(backoff_);
+  retry_timer_.async_wait([self = shared_from_this()](error_code wait_ec) {
+    if (!wait_ec) self->accept();
+  });
+}
+
+// Runs on the acceptor's strand with no accept pending, so the raw accept4 here cannot
+// race asio's. Stops as soon as descriptors are back (a second one can be opened
+// besides the spare): those clients are then served, not refused.
+void Listener::shed_with_spare() {
+  if (!spare_) spare_.reset(open_spare());
+  int listen_fd = acceptor_.native_handle();
+  for (int i = 0; i < kShedPerRound && spare_; ++i) {
+    if (UniqueFd probe(open_spare()); probe) return;
+    spare_.reset();
+    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      refuse_at_once(fd, ApiError::capacity_exceeded("server is out of file descriptors"));
+      ++shed_;
+    }
+    spare_.reset(open_spare());  // fails only when another thread took the slot
+    if (fd < 0) return;          // EAGAIN: nobody is waiting
+  }
 }
 
 }  // namespace cela::api::detail

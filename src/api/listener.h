@@ -1,10 +1,19 @@
 // Listener (internal to api/): one listening socket (unix or TCP) and its accept loop.
 // Accepted sockets go to admit_connection(), each with its own strand.
+//
+// Out of descriptors (EMFILE, ENFILE) the pending connection stays queued, so retrying
+// at once would spin: the loop backs off on a timer (10 ms doubling to 1 s) and resumes
+// by itself. Each round it first answers the waiting clients 503 capacity_exceeded
+// through a spare descriptor held for that purpose (closed, used for one accept and
+// answer at a time, reopened), so a client at the limit gets an answer, not a hang.
+// The log says so once when such an episode starts and once when it ends.
 #pragma once
 
 #include <boost/asio/basic_socket_acceptor.hpp>
 #include <boost/asio/generic/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -36,12 +45,17 @@ class Listener : public std::enable_shared_from_this<Listener> {
 
  private:
   void accept();
+  void on_accept_failed(const boost::system::error_code& ec);
+  void shed_with_spare();
 
   ServerCore& core_;
   boost::asio::basic_socket_acceptor<boost::asio::generic::stream_protocol> acceptor_;
   const Transport transport_;
   const std::string label_;
   boost::asio::steady_timer retry_timer_;
+  std::chrono::milliseconds backoff_{0};  // 0: not backing off
+  std::uint64_t shed_ = 0;                // connections answered 503 in this episode
+  UniqueFd spare_;                        // /dev/null, given up to answer at the fd limit
 };
 
 }  // namespace cela::api::detail

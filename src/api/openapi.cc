@@ -37,9 +37,11 @@ std::optional<DocumentedError> error_of(std::string_view code) {
       {ApiError::payload_too_large(""), "body, file or archive over its limit"},
       {ApiError::unsupported_media_type(""), "a body of a type the route does not take"},
       {ApiError::quota_exceeded(""), "tenant quota: live sessions, total memory, cpus per session"},
-      {ApiError::rate_limited("", 1), "too many requests; Retry-After"},
+      {ApiError::rate_limited("", 1),
+       "too many connections from this client or requests in flight for this key; Retry-After"},
       {ApiError::internal(), "a bug; the request id is in the daemon's log"},
-      {ApiError::capacity_exceeded(""), "host-wide session or connection limit; Retry-After"},
+      {ApiError::capacity_exceeded(""),
+       "host-wide session or connection limit, or out of file descriptors; Retry-After"},
   };
   for (const DocumentedError& e : all)
     if (e.error.code == code) return e;
@@ -182,6 +184,7 @@ std::vector<std::string> documented_error_codes(const Route& route) {
     add("payload_too_large");
     add("request_timeout");
   }
+  add("rate_limited");  // per client connections, per key requests in flight
   add("internal");
   add("capacity_exceeded");
   return codes;

@@ -8,8 +8,9 @@
 // Errors: each operation lists, per status, the ApiError codes it can answer with
 // (API.md "Errors", all with the Error schema): the codes its RouteDoc names plus the
 // server's own answers: invalid_request (bad target or query), unauthorized (unless
-// public), payload_too_large and request_timeout (routes that take a body), internal,
-// capacity_exceeded (connection limit).
+// public), payload_too_large and request_timeout (routes that take a body),
+// rate_limited (connections per client, requests in flight per key), internal,
+// capacity_exceeded (connection or descriptor limit).
 #pragma once
 
 #include <boost/json/object.hpp>

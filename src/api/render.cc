@@ -1,6 +1,8 @@
-// API JSON of the records the store keeps (the object shapes of API.md). The store
-// stores records; only the API renders them.
+// API JSON of the records the session layer hands out (the object shapes of API.md).
+// The store stores records; only the API renders them.
 #include "api/render.h"
+
+#include "common/encoding.h"
 
 namespace cela::api {
 namespace json = boost::json;
@@ -19,7 +21,17 @@ json::value int_or_null(const std::optional<int64_t>& value) {
 
 }  // namespace
 
-json::object render(const store::SessionRecord& s) {
+json::object render(const session::SessionLimits& l) {
+  return {{"cpus", l.cpus},
+          {"memory_mb", l.memory_mb},
+          {"disk_mb", l.disk_mb},
+          {"pids", l.pids},
+          {"ttl_s", l.ttl_s},
+          {"idle_timeout_s", l.idle_timeout_s},
+          {"exec_timeout_s", l.exec_timeout_s}};
+}
+
+json::object render(const session::SessionRecord& s) {
   json::object metadata;
   for (const auto& [key, value] : s.metadata) metadata[key] = value;
   json::value termination = nullptr;
@@ -34,19 +46,34 @@ json::object render(const store::SessionRecord& s) {
   o["id"] = s.id;
   o["state"] = s.state;
   o["template"] = s.template_ref;
-  o["limits"] = s.limits;
-  o["network"] = s.network;
+  o["limits"] = render(s.limits);
+  json::object network{{"mode", s.network.mode}};
+  if (!s.network.allow.empty()) {
+    json::array allow;
+    for (const auto& a : s.network.allow) allow.emplace_back(a);
+    network["allow"] = std::move(allow);
+  }
+  o["network"] = std::move(network);
   o["created_at"] = s.created_at;
   o["ready_at"] = text_or_null(s.ready_at);
   o["expires_at"] = text_or_null(s.expires_at);
   o["metadata"] = std::move(metadata);
   o["termination"] = std::move(termination);
   o["startup_ms"] = int_or_null(s.startup_ms);
-  if (!s.cleanup.is_null()) o["cleanup"] = s.cleanup;
+  if (s.cleanup) {
+    const session::CleanupReport& c = *s.cleanup;
+    json::object cleanup{{"cgroup_removed", c.cgroup_removed},
+                         {"mounts_removed", c.mounts_removed},
+                         {"upper_dir_freed", c.upper_dir_freed},
+                         {"secrets_wiped", c.secrets_wiped}};
+    if (c.processes_killed) cleanup["processes_killed"] = *c.processes_killed;  // unknown after a restart
+    if (!c.error.empty()) cleanup["error"] = c.error;
+    o["cleanup"] = std::move(cleanup);
+  }
   return o;
 }
 
-json::object render(const store::ExecRecord& e) {
+json::object render(const session::ExecRecord& e) {
   json::object o;
   o["id"] = e.id;
   o["session_id"] = e.session_id;
@@ -69,6 +96,7 @@ json::object render(const store::ExecRecord& e) {
   o["duration_ms"] = int_or_null(e.duration_ms);
   o["cpu_ms"] = int_or_null(e.cpu_ms);
   o["peak_memory_bytes"] = int_or_null(e.peak_memory_bytes);
+  o["pids_peak"] = int_or_null(e.pids_peak);
   o["stdout_bytes"] = e.stdout_bytes;
   o["stderr_bytes"] = e.stderr_bytes;
   o["output_truncated"] = e.output_truncated;
@@ -76,7 +104,7 @@ json::object render(const store::ExecRecord& e) {
   return o;
 }
 
-json::object render(const store::TenantRecord& t) {
+json::object render(const session::TenantRecord& t) {
   json::object quotas;
   quotas["max_sessions"] = t.quotas.max_sessions;
   quotas["max_memory_mb"] = t.quotas.max_memory_mb;
@@ -87,6 +115,15 @@ json::object render(const store::TenantRecord& t) {
   o["quotas"] = std::move(quotas);
   o["created_at"] = t.created_at;
   return o;
+}
+
+void set_name_field(json::object& o, std::string_view key, std::string_view bytes) {
+  if (valid_utf8(bytes)) {
+    o[key] = bytes;
+    return;
+  }
+  o[key] = utf8_lossy(bytes);
+  o[std::string(key) + "_b64"] = base64_encode(bytes);
 }
 
 }  // namespace cela::api

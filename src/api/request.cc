@@ -2,6 +2,8 @@
 
 #include <strings.h>
 
+#include <algorithm>
+#include <boost/beast/core/string.hpp>
 #include <boost/url/parse.hpp>
 #include <boost/url/url_view.hpp>
 #include <charconv>
@@ -86,6 +88,32 @@ ApiResult<ParsedTarget> parse_target(std::string_view target) {
   opts.space_as_plus = true;
   for (auto param : url->params(opts)) parsed.query.emplace(param.key, param.value);
   return parsed;
+}
+
+ApiResult<void> check_framing(const http::fields& headers, unsigned version) {
+  auto bad = [](std::string what) {
+    return api_fail(ApiError::invalid_request("request framing refused: " + what));
+  };
+  auto trimmed = [](std::string_view v) {
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+    return v;
+  };
+  std::size_t codings = headers.count(http::field::transfer_encoding);
+  std::size_t lengths = headers.count(http::field::content_length);
+  if (codings > 0 && lengths > 0) return bad("both Transfer-Encoding and Content-Length");
+  if (lengths > 1) return bad("Content-Length given more than once");
+  if (lengths == 1) {
+    std::string_view v = trimmed(headers[http::field::content_length]);
+    if (v.empty() || !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return bad("Content-Length must be one decimal number");
+  }
+  if (codings == 0) return {};
+  if (codings > 1) return bad("Transfer-Encoding given more than once");
+  if (version < 11) return bad("Transfer-Encoding on an HTTP/1.0 request");
+  if (!boost::beast::iequals(trimmed(headers[http::field::transfer_encoding]), "chunked"))
+    return bad("Transfer-Encoding must be exactly `chunked`");
+  return {};
 }
 
 std::string new_request_id() { return random_id("r"); }

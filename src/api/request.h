@@ -33,8 +33,9 @@ struct PeerCred {
 // Who is calling, as decided by the authenticator. Opaque to the HTTP layer.
 struct Principal {
   std::string tenant_id;
-  bool admin = false;
+  bool admin = false;  // manages its own tenant
   std::string key_id;  // empty for local (unix socket) callers
+  bool host_admin = false;  // acts across tenants (implies admin)
 };
 
 // Query parameters, percent-decoded ('+' reads as a space, as in form encoding; a
@@ -87,6 +88,16 @@ struct ParsedTarget {
 // invalid_request on a target that is not origin-form or has bad percent-encoding.
 // "/" has no segments; a trailing slash is ignored ("/v1/sessions/" == "/v1/sessions").
 ApiResult<ParsedTarget> parse_target(std::string_view target);
+
+// Request framing (RFC 9112 section 6): a body is delimited by one Content-Length
+// holding one decimal number, or, on HTTP/1.1, by a Transfer-Encoding that is exactly
+// the sole coding `chunked`. Anything else is invalid_request: another coding
+// (identity, gzip), a list (`gzip, chunked`, `chunked, identity`), a repeated header,
+// both headers, a list or repeat of Content-Length, Transfer-Encoding on HTTP/1.0.
+// Beast would read some of these as "no body" and others as chunked; a proxy in front
+// of the daemon may frame the same bytes the other way, and the rest of the byte stream
+// would then be read as a second, smuggled request. The connection closes after the 400.
+ApiResult<void> check_framing(const http::fields& headers, unsigned version);
 
 // "r-" followed by 16 random hex digits.
 std::string new_request_id();

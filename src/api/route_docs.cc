@@ -16,9 +16,16 @@ ParamDoc session_id() {
 ParamDoc exec_id() {
   return path_param("eid", "exec id (e-...)");
 }
+// `path`, or `path_b64` for a name that is not UTF-8: one of the two is required
+// (routes_files.cc path_param), which OpenAPI cannot say of two query parameters.
 ParamDoc file_path(std::string description) {
   return query_param("path", string_schema("absolute path inside the session's root"),
-                     std::move(description), true);
+                     std::move(description) + "; required unless `path_b64` is given");
+}
+ParamDoc file_path_b64() {
+  return query_param("path_b64", string_schema("padded base64 of the path's bytes"),
+                     "the path as exact bytes, for a name that is not UTF-8 (as answers give it in "
+                     "`path_b64`); instead of `path`");
 }
 
 json::value binary() {
@@ -59,8 +66,9 @@ const RouteDoc openapi{
 const RouteDoc create_tenant{
     .operation_id = "createTenant",
     .tag = "admin",
-    .summary = "Create a tenant with quotas (admin key)",
-    .description = "Quotas not given take the config's defaults; 0 means unlimited.",
+    .summary = "Create a tenant with quotas (host admin key)",
+    .description = "Quotas not given take the config's defaults; 0 means unlimited. A tenant's own "
+                   "admin key is forbidden here: only a host admin key (or local root) creates tenants.",
     .body = {json_body(ref("CreateTenant"), true)},
     .responses = {json_response(201, "the tenant", ref("Tenant"))},
     .errors = {"forbidden"},
@@ -70,9 +78,29 @@ const RouteDoc create_key{
     .operation_id = "createKey",
     .tag = "admin",
     .summary = "Issue an API key for a tenant (admin key); the key is shown once",
+    .description = "A tenant admin key issues keys for its own tenant only (another tenant is "
+                   "not_found); only a host admin key issues keys for any tenant, and only it may "
+                   "ask for `host_admin`.",
     .params = {path_param("t", "tenant id (t-...)")},
     .body = {json_body(ref("CreateKey"))},
     .responses = {json_response(201, "the key; only its sha256 is stored", ref("Key"))},
+    .errors = {"forbidden", "not_found"},
+};
+
+const RouteDoc list_tenants{
+    .operation_id = "listTenants",
+    .tag = "admin",
+    .summary = "List tenants (admin key): every tenant for a host admin, its own for a tenant admin",
+    .responses = {json_response(200, "the tenants, oldest first", ref("TenantList"))},
+    .errors = {"forbidden"},
+};
+
+const RouteDoc get_tenant{
+    .operation_id = "getTenant",
+    .tag = "admin",
+    .summary = "One tenant (admin key); another tenant is not_found to a tenant admin",
+    .params = {path_param("t", "tenant id (t-...)")},
+    .responses = {json_response(200, "the tenant", ref("Tenant"))},
     .errors = {"forbidden", "not_found"},
 };
 
@@ -228,7 +256,7 @@ const RouteDoc write_file{
     .operation_id = "writeFile",
     .tag = "files",
     .summary = "Upload a file (the raw body), owned by the sandbox's user",
-    .params = {session_id(), file_path("the file to write"),
+    .params = {session_id(), file_path("the file to write"), file_path_b64(),
                query_param("mode", string_schema("octal, e.g. 0644 (at most 07777)"),
                            "permission bits"),
                query_flag("parents", "create missing parent directories")},
@@ -241,7 +269,7 @@ const RouteDoc read_file{
     .operation_id = "readFile",
     .tag = "files",
     .summary = "Download a file",
-    .params = {session_id(), file_path("the file to read")},
+    .params = {session_id(), file_path("the file to read"), file_path_b64()},
     .responses = {ResponseDoc{
         200, "the file's bytes", {ContentDoc{"application/octet-stream", binary()}}, {}}},
     .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
@@ -251,7 +279,7 @@ const RouteDoc stat_file{
     .operation_id = "statFile",
     .tag = "files",
     .summary = "Size, mtime and type of a path, as headers",
-    .params = {session_id(), file_path("the path to look at")},
+    .params = {session_id(), file_path("the path to look at"), file_path_b64()},
     .responses = {ResponseDoc{
         200,
         "headers only",
@@ -267,7 +295,7 @@ const RouteDoc delete_file{
     .operation_id = "deleteFile",
     .tag = "files",
     .summary = "Delete a file or (with ?recursive=1) a directory tree",
-    .params = {session_id(), file_path("the path to delete"),
+    .params = {session_id(), file_path("the path to delete"), file_path_b64(),
                query_flag("recursive", "delete a directory and everything in it")},
     .responses = {empty_response(204, "deleted")},
     .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
@@ -278,6 +306,7 @@ const RouteDoc list_dir{
     .tag = "files",
     .summary = "List a directory",
     .params = {session_id(), query_param("path", string_schema(), "the directory; default /"),
+               file_path_b64(),
                query_param("depth", bounded(integer_schema(), 1, 64),
                            "levels to descend; default 1")},
     .responses = {json_response(200, "the entries", ref("DirListing"))},
@@ -311,7 +340,7 @@ const RouteDoc export_archive{
     .description =
         "Symlinks are kept as symlinks, special files skipped, size-capped. A tar cut short by an "
         "error ends without its end-of-archive blocks (the chunked answer is aborted).",
-    .params = {session_id(), file_path("the directory to export")},
+    .params = {session_id(), file_path("the directory to export"), file_path_b64()},
     .responses = {ResponseDoc{
         200, "a tar of the directory", {ContentDoc{"application/x-tar", binary()}}, {}}},
     .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
@@ -322,7 +351,7 @@ const RouteDoc import_archive{
     .tag = "files",
     .summary = "Extract a tar (the raw body) into a directory",
     .description = "Absolute paths, .., device nodes and links that point out are refused.",
-    .params = {session_id(), file_path("the directory to extract into")},
+    .params = {session_id(), file_path("the directory to extract into"), file_path_b64()},
     .body = {raw_body("application/x-tar", "a tar archive")},
     .responses = {json_response(200, "extracted", ref("ArchiveImported"))},
     .errors = {"not_found", "gone", "forbidden", "payload_too_large"},

@@ -64,6 +64,8 @@ extern const RouteDoc readyz;
 extern const RouteDoc openapi;
 extern const RouteDoc create_tenant;
 extern const RouteDoc create_key;
+extern const RouteDoc list_tenants;
+extern const RouteDoc get_tenant;
 
 extern const RouteDoc create_session;
 extern const RouteDoc list_sessions;

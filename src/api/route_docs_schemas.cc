@@ -81,6 +81,13 @@ json::value object_schema(
   return o;
 }
 
+namespace {
+// The sibling of a file name field, present only when the name is not UTF-8.
+json::value name_b64() {
+  return string_schema("padded base64 of the exact bytes; present only when they are not UTF-8");
+}
+}  // namespace
+
 json::value bounded(json::value schema, double minimum, double maximum) {
   json::object& o = schema.as_object();
   bool integer = o.at("type").as_string() == "integer";
@@ -216,12 +223,13 @@ json::value exec_schema() {
        {"duration_ms", nullable(integer_schema())},
        {"cpu_ms", nullable(integer_schema())},
        {"peak_memory_bytes", nullable(integer_schema())},
+       {"pids_peak", nullable(integer_schema("most processes alive at once; null where the host does not count it"))},
        {"stdout_bytes", integer_schema()},
        {"stderr_bytes", integer_schema()},
        {"output_truncated", boolean_schema("past the per-stream cap")},
        {"partial", boolean_schema("produced output, then failed")}},
       {"id", "session_id", "cwd", "user", "state", "pid", "exit_code", "signal", "reason", "started_at",
-       "ended_at", "duration_ms", "cpu_ms", "peak_memory_bytes", "stdout_bytes", "stderr_bytes",
+       "ended_at", "duration_ms", "cpu_ms", "peak_memory_bytes", "pids_peak", "stdout_bytes", "stderr_bytes",
        "output_truncated", "partial"},
       "an exec record");
 }
@@ -346,34 +354,48 @@ const json::object& component_schemas() {
                                             {"id", "state", "signal"}),
                               ref("Exec")}}};
 
+    // routes_files.cc set_name_field: a name that is not UTF-8 comes as display text
+    // (U+FFFD for each bad byte) plus its exact bytes in the `_b64` sibling.
     s["FileWritten"] =
         object_schema({{"path", string_schema()},
+                       {"path_b64", name_b64()},
                        {"size", integer_schema()},
                        {"sha256", string_schema("lower-case hex of the bytes written")}},
                       {"path", "size", "sha256"});
     // routes_files.cc info_json.
     s["FileInfo"] =
         object_schema({{"name", string_schema()},
+                       {"name_b64", name_b64()},
                        {"path", string_schema()},
+                       {"path_b64", name_b64()},
                        {"type", enum_schema({"file", "dir", "symlink", "other"})},
                        {"size", integer_schema()},
                        {"mode", integer_schema("permission bits (07777) as a number")},
                        {"mtime", integer_schema("milliseconds since the epoch")},
-                       {"symlink_target", nullable(string_schema())}},
+                       {"symlink_target", nullable(string_schema())},
+                       {"symlink_target_b64", name_b64()}},
                       {"name", "path", "type", "size", "mode", "mtime", "symlink_target"});
     s["DirListing"] = object_schema(
-        {{"path", string_schema()}, {"entries", array_of(ref("FileInfo"))}}, {"path", "entries"});
-    s["MkdirRequest"] =
-        object_schema({{"path", string_schema()}, {"parents", boolean_schema()}}, {"path"});
-    s["PathResult"] = object_schema({{"path", string_schema()}}, {"path"});
-    s["MoveRequest"] = object_schema(
-        {{"from", string_schema()}, {"to", string_schema()}, {"overwrite", boolean_schema()}},
-        {"from", "to"});
-    s["MoveResult"] =
-        object_schema({{"from", string_schema()}, {"to", string_schema()}}, {"from", "to"});
-    s["ArchiveImported"] =
-        object_schema({{"path", string_schema()}, {"entries", integer_schema("entries extracted")}},
-                      {"path", "entries"});
+        {{"path", string_schema()}, {"path_b64", name_b64()}, {"entries", array_of(ref("FileInfo"))}},
+        {"path", "entries"});
+    s["MkdirRequest"] = object_schema({{"path", string_schema("required unless path_b64")},
+                                       {"path_b64", string_schema("padded base64 of the path's bytes")},
+                                       {"parents", boolean_schema()}});
+    s["PathResult"] = object_schema({{"path", string_schema()}, {"path_b64", name_b64()}}, {"path"});
+    s["MoveRequest"] = object_schema({{"from", string_schema("required unless from_b64")},
+                                      {"from_b64", string_schema("padded base64 of the path's bytes")},
+                                      {"to", string_schema("required unless to_b64")},
+                                      {"to_b64", string_schema("padded base64 of the path's bytes")},
+                                      {"overwrite", boolean_schema()}});
+    s["MoveResult"] = object_schema({{"from", string_schema()},
+                                     {"from_b64", name_b64()},
+                                     {"to", string_schema()},
+                                     {"to_b64", name_b64()}},
+                                    {"from", "to"});
+    s["ArchiveImported"] = object_schema({{"path", string_schema()},
+                                          {"path_b64", name_b64()},
+                                          {"entries", integer_schema("entries extracted")}},
+                                         {"path", "entries"});
 
     s["Quotas"] = object_schema({{"max_sessions", integer_schema("0 = unlimited")},
                                  {"max_memory_mb", integer_schema("0 = unlimited")},
@@ -386,13 +408,18 @@ const json::object& component_schemas() {
                                  {"quotas", ref("Quotas")},
                                  {"created_at", timestamp()}},
                                 {"id", "name", "quotas", "created_at"});
-    s["CreateKey"] = object_schema({{"admin", boolean_schema("default false")}});
+    s["TenantList"] = object_schema({{"tenants", array_of(ref("Tenant"))}}, {"tenants"});
+    s["CreateKey"] = object_schema(
+        {{"admin", boolean_schema("default false: manages its own tenant")},
+         {"host_admin", boolean_schema("default false: acts across tenants; implies admin; only a "
+                                       "host admin key may ask for it")}});
     s["Key"] = object_schema(
         {{"id", string_schema("k-<16 hex>, safe to show and log")},
          {"tenant_id", string_schema()},
          {"key", string_schema("cela_<64 hex>: shown once, only its sha256 is stored")},
-         {"admin", boolean_schema()}},
-        {"id", "tenant_id", "key", "admin"});
+         {"admin", boolean_schema()},
+         {"host_admin", boolean_schema()}},
+        {"id", "tenant_id", "key", "admin", "host_admin"});
     return s;
   }();
   return schemas;

@@ -7,14 +7,12 @@
 
 #include "api/server.h"
 #include "session/manager.h"
-#include "store/store.h"
 
 namespace cela::api {
 
 struct RouteContext {
   HttpServer& server;
   session::SessionManager& sessions;
-  store::Store& store;
   std::string default_tenant_id;  // the tenant of local (unix socket, uid 0) callers
 };
 
@@ -26,7 +24,7 @@ void add_admin_routes(RouteContext& ctx);
 void add_api_routes(RouteContext& ctx);
 
 // Authenticates per API.md: unix-socket peers with uid 0 act as the default tenant
-// with admin rights; TCP callers need `Authorization: Bearer <key>`.
+// with host admin rights; TCP callers need `Authorization: Bearer <key>`.
 Authenticator make_authenticator(RouteContext& ctx);
 
 // Helpers shared by the route files.

@@ -42,15 +42,15 @@ Authenticator make_authenticator(RouteContext& ctx) {
   return [&ctx](const Request& request) -> std::expected<Principal, ApiError> {
     if (request.transport == Transport::unix_socket) {
       // The socket is mode 0600 and root-owned; still, only uid 0 acts as local root.
-      if (request.peer && request.peer->uid == 0) return Principal{ctx.default_tenant_id, true, ""};
+      if (request.peer && request.peer->uid == 0) return Principal{ctx.default_tenant_id, true, "", true};
       return std::unexpected(ApiError::unauthorized("only root may use the local socket without a key"));
     }
     auto token = bearer_token(request);
     if (!token) return std::unexpected(ApiError::unauthorized());
-    auto key = ctx.store.authenticate(*token);
+    auto key = ctx.sessions.tenants().authenticate(*token);
     if (!key) return std::unexpected(ApiError::internal(key.error().message()));
     if (!*key) return std::unexpected(ApiError::unauthorized());
-    return Principal{(*key)->tenant_id, (*key)->admin, (*key)->id};
+    return Principal{(*key)->tenant_id, (*key)->admin || (*key)->host_admin, (*key)->id, (*key)->host_admin};
   };
 }
 

@@ -3,9 +3,11 @@
 #include <charconv>
 
 #include "api/json_body.h"
+#include "api/render.h"
 #include "api/responder.h"
 #include "api/route_docs.h"
 #include "api/routes.h"
+#include "common/encoding.h"
 
 namespace cela::api {
 namespace json = boost::json;
@@ -13,16 +15,54 @@ using http::verb;
 
 namespace {
 
+// A path given as `path` (text; percent-encoded bytes pass too) or as `path_b64` (the
+// exact bytes in base64: the form for a name that is not UTF-8, as answers give it).
+// Exactly one of them; nullopt when neither is there.
+ApiResult<std::optional<std::string>> optional_path_param(const Request& req) {
+  auto text = req.query_value("path");
+  auto b64 = req.query_value("path_b64");
+  if (text && b64) return api_fail(ApiError::invalid_request("give one of the queries `path` and `path_b64`"));
+  if (text) return std::optional<std::string>(*text);
+  if (!b64) return std::optional<std::string>();
+  auto bytes = base64_decode(*b64);
+  if (!bytes) return api_fail(ApiError::invalid_request("query `path_b64` must be padded base64"));
+  return std::optional<std::string>(std::move(*bytes));
+}
+
 ApiResult<std::string> path_param(const Request& req) {
-  auto p = req.query_value("path");
-  if (!p || p->empty()) return api_fail(ApiError::invalid_request("query `path` is required"));
-  return std::string(*p);
+  auto p = optional_path_param(req);
+  if (!p) return api_fail(p.error());
+  if (!*p || (*p)->empty()) return api_fail(ApiError::invalid_request("query `path` (or `path_b64`) is required"));
+  return std::move(**p);
+}
+
+// The same choice in a JSON body: `key` or `key_b64`, exactly one.
+Result<std::string> body_path(const JsonFields& f, std::string_view key) {
+  std::string b64_key = std::string(key) + "_b64";
+  auto text = f.string(key);
+  if (!text) return std::unexpected(text.error());
+  auto b64 = f.string(b64_key);
+  if (!b64) return std::unexpected(b64.error());
+  if (bool(*text) == bool(*b64))
+    return fail(ErrorCode::invalid_argument, "give exactly one of `" + std::string(key) + "` and `" + b64_key + "`");
+  if (*text) return std::move(**text);
+  auto bytes = base64_decode(**b64);
+  if (!bytes) return std::unexpected(f.invalid(b64_key, "must be padded base64"));
+  return std::move(*bytes);
 }
 
 json::object info_json(const session::FileInfo& i) {
-  json::object o{{"name", i.name}, {"path", i.path},   {"type", i.type},
-                 {"size", i.size}, {"mode", i.mode},   {"mtime", i.mtime_ms}};
-  o["symlink_target"] = i.type == "symlink" ? json::value(i.symlink_target) : json::value(nullptr);
+  json::object o{{"type", i.type}, {"size", i.size}, {"mode", i.mode}, {"mtime", i.mtime_ms}};
+  set_name_field(o, "name", i.name);
+  set_name_field(o, "path", i.path);
+  if (i.type == "symlink") set_name_field(o, "symlink_target", i.symlink_target);
+  else o["symlink_target"] = nullptr;
+  return o;
+}
+
+json::object path_json(std::string_view key, std::string_view path) {
+  json::object o;
+  set_name_field(o, key, path);
   return o;
 }
 
@@ -65,7 +105,10 @@ void add_file_routes(RouteContext& ctx) {
     with_fs(ctx, res, req, [path = *path, options, body = std::move(req.body)](session::SessionFs& fs, Responder& out) {
       auto w = fs.write_file(path, body, options);
       if (!w) return fail_with(out, w.error());
-      out.json(201, json::object{{"path", w->path}, {"size", w->size}, {"sha256", w->sha256}});
+      json::object o = path_json("path", w->path);
+      o["size"] = w->size;
+      o["sha256"] = w->sha256;
+      out.json(201, std::move(o));
     });
   }, upload);
 
@@ -103,7 +146,9 @@ void add_file_routes(RouteContext& ctx) {
   });
 
   r.add(verb::get, "/v1/sessions/{id}/fs", docs::list_dir, [&ctx](Request& req, Responder& res) {
-    std::string path(req.query_value("path").value_or("/"));
+    auto given = optional_path_param(req);
+    if (!given) return res.error(given.error());
+    std::string path = given->value_or("/");
     int depth = 1;
     if (auto d = req.query_value("depth")) {
       auto [p, ec] = std::from_chars(d->data(), d->data() + d->size(), depth);
@@ -115,7 +160,9 @@ void add_file_routes(RouteContext& ctx) {
       if (!entries) return fail_with(out, entries.error());
       json::array a;
       for (auto& e : *entries) a.push_back(info_json(e));
-      out.json(200, json::object{{"path", path}, {"entries", a}});
+      json::object o = path_json("path", path);
+      o["entries"] = std::move(a);
+      out.json(200, std::move(o));
     });
   });
 
@@ -123,14 +170,14 @@ void add_file_routes(RouteContext& ctx) {
     auto body = parse_json_object(req.body);
     if (!body) return res.error(body.error());
     JsonFields f(*body);
-    if (auto ok = f.only({"path", "parents"}); !ok) return res.error(ok.error());
-    auto path = f.require_string("path");
+    if (auto ok = f.only({"path", "path_b64", "parents"}); !ok) return res.error(ok.error());
+    auto path = body_path(f, "path");
     if (!path) return res.error(path.error());
     auto parents = f.boolean("parents");
     if (!parents) return res.error(parents.error());
     with_fs(ctx, res, req, [path = *path, parents = parents->value_or(false)](session::SessionFs& fs, Responder& out) {
       if (auto r = fs.mkdir(path, parents); !r) return fail_with(out, r.error());
-      out.json(201, json::object{{"path", path}});
+      out.json(201, path_json("path", path));
     });
   });
 
@@ -138,17 +185,19 @@ void add_file_routes(RouteContext& ctx) {
     auto body = parse_json_object(req.body);
     if (!body) return res.error(body.error());
     JsonFields f(*body);
-    if (auto ok = f.only({"from", "to", "overwrite"}); !ok) return res.error(ok.error());
-    auto from = f.require_string("from");
+    if (auto ok = f.only({"from", "from_b64", "to", "to_b64", "overwrite"}); !ok) return res.error(ok.error());
+    auto from = body_path(f, "from");
     if (!from) return res.error(from.error());
-    auto to = f.require_string("to");
+    auto to = body_path(f, "to");
     if (!to) return res.error(to.error());
     auto overwrite = f.boolean("overwrite");
     if (!overwrite) return res.error(overwrite.error());
     with_fs(ctx, res, req, [from = *from, to = *to, ow = overwrite->value_or(false)](session::SessionFs& fs,
                                                                                     Responder& out) {
       if (auto r = fs.move(from, to, ow); !r) return fail_with(out, r.error());
-      out.json(200, json::object{{"from", from}, {"to", to}});
+      json::object o = path_json("from", from);
+      set_name_field(o, "to", to);
+      out.json(200, std::move(o));
     });
   });
 
@@ -182,7 +231,9 @@ void add_file_routes(RouteContext& ctx) {
         return std::string_view(body);
       });
       if (!n) return fail_with(out, n.error());
-      out.json(200, json::object{{"path", path}, {"entries", *n}});
+      json::object o = path_json("path", path);
+      o["entries"] = *n;
+      out.json(200, std::move(o));
     });
   }, upload);
 }

@@ -50,7 +50,7 @@ class SseSink final : public session::OutputSink {
     (stream == session::Stream::stdout_stream ? out_ : err_) = offset;
     sse_->send(runtime::to_string(stream), position(out_, err_), base64_encode(data));
   }
-  void on_exit(const store::ExecRecord& record) override {
+  void on_exit(const session::ExecRecord& record) override {
     std::lock_guard lock(mu_);
     sse_->send("exit", position(out_, err_), json_text(render(record)));
     sse_->close();
@@ -86,11 +86,11 @@ session::Done<T> answer(Responder& res, int status, Render render_fn, std::strin
   };
 }
 
-json::value render_session(const store::SessionRecord& r) { return render(r); }
-json::value render_exec(const store::ExecRecord& r) { return render(r); }
-json::value render_deleted(const store::SessionRecord& r) {
+json::value render_session(const session::SessionRecord& r) { return render(r); }
+json::value render_exec(const session::ExecRecord& r) { return render(r); }
+json::value render_deleted(const session::SessionRecord& r) {
   json::object out = render(r);
-  out["cleanup"] = r.cleanup.is_null() ? json::value(json::object{}) : r.cleanup;
+  if (!r.cleanup) out["cleanup"] = json::object{};  // ended before it held anything
   return out;
 }
 
@@ -123,15 +123,15 @@ void add_session_routes(RouteContext& ctx) {
         return res.error(ApiError::invalid_request("query `wait_s` must be a whole number of seconds, 0..300"));
     }
     mgr.create(caller_of(req), std::move(*spec), std::chrono::seconds(wait_s),
-               answer<store::SessionRecord>(res, 201, render_session));
+               answer<session::SessionRecord>(res, 201, render_session));
   });
 
   r.add(verb::get, "/v1/sessions", docs::list_sessions, [&](Request& req, Responder& res) {
-    store::SessionFilter filter;
+    session::SessionFilter filter;
     if (auto s = req.query_value("state")) filter.state = std::string(*s);
     for (auto& [k, v] : req.query)
       if (k.starts_with("metadata.")) filter.metadata[k.substr(9)] = v;
-    store::PageRequest page;
+    session::PageRequest page;
     if (auto l = req.query_value("limit")) {
       auto [p, ec] = std::from_chars(l->data(), l->data() + l->size(), page.limit);
       if (ec != std::errc() || p != l->data() + l->size() || page.limit < 1 || page.limit > 1000)
@@ -164,12 +164,12 @@ void add_session_routes(RouteContext& ctx) {
     auto spec = parse_patch(*body);
     if (!spec) return res.error(spec.error());
     std::string id(req.param("id"));
-    mgr.patch(caller_of(req), id, *spec, answer<store::SessionRecord>(res, 200, render_session, id));
+    mgr.patch(caller_of(req), id, *spec, answer<session::SessionRecord>(res, 200, render_session, id));
   });
 
   r.add(verb::delete_, "/v1/sessions/{id}", docs::delete_session, [&](Request& req, Responder& res) {
     std::string id(req.param("id"));
-    mgr.remove(caller_of(req), id, answer<store::SessionRecord>(res, 200, render_deleted, id));
+    mgr.remove(caller_of(req), id, answer<session::SessionRecord>(res, 200, render_deleted, id));
   });
 
   r.add(verb::post, "/v1/sessions/{id}/execs", docs::start_exec, [&](Request& req, Responder& res) {
@@ -179,9 +179,9 @@ void add_session_routes(RouteContext& ctx) {
     if (!spec) return res.error(spec.error());
     std::string id(req.param("id"));
     mgr.start_exec(caller_of(req), id, std::move(*spec),
-                   answer<store::ExecRecord>(
+                   answer<session::ExecRecord>(
                        res, 202,
-                       [](const store::ExecRecord& e) -> json::value {
+                       [](const session::ExecRecord& e) -> json::value {
                          return json::object{{"id", e.id}, {"state", e.state}};
                        },
                        id));
@@ -199,7 +199,7 @@ void add_session_routes(RouteContext& ctx) {
     mgr.run(caller, id, std::move(*spec),
             [&ctx, &mgr, responder = res.shared_from_this(), caller, id](Result<session::RunOutcome> done) {
               if (!done) return responder->error(from_error(done.error()).with_session(id));
-              auto answer = [responder](const store::ExecRecord& rec, const std::optional<session::ExecOutput>& out) {
+              auto answer = [responder](const session::ExecRecord& rec, const std::optional<session::ExecOutput>& out) {
                 json::object o = render(rec);
                 if (out)
                   for (auto& kv : output_json(*out)) o[kv.key()] = kv.value();
@@ -215,7 +215,7 @@ void add_session_routes(RouteContext& ctx) {
 
   r.add(verb::get, "/v1/sessions/{id}/execs/{eid}", docs::get_exec, [&](Request& req, Responder& res) {
     std::string id(req.param("id")), eid(req.param("eid"));
-    mgr.get_exec(caller_of(req), id, eid, answer<store::ExecRecord>(res, 200, render_exec, id, eid));
+    mgr.get_exec(caller_of(req), id, eid, answer<session::ExecRecord>(res, 200, render_exec, id, eid));
   });
 
   r.add(verb::get, "/v1/sessions/{id}/execs/{eid}/output", docs::exec_output, [&](Request& req, Responder& res) {
@@ -249,7 +249,7 @@ void add_session_routes(RouteContext& ctx) {
       void on_output(session::Stream s, uint64_t offset, std::string_view data) override {
         get().on_output(s, offset, data);
       }
-      void on_exit(const store::ExecRecord& record) override { get().on_exit(record); }
+      void on_exit(const session::ExecRecord& record) override { get().on_exit(record); }
       bool closed() const override { return sink ? sink->closed() : responder->client_gone(); }
       void when_drained(size_t max_queued, std::function<void()> resume) override {
         get().when_drained(max_queued, std::move(resume));
@@ -286,9 +286,9 @@ void add_session_routes(RouteContext& ctx) {
     std::string id(req.param("id")), eid(req.param("eid"));
     int sig = spec->signal;
     mgr.kill_exec(caller_of(req), id, eid, *spec,
-                  answer<store::ExecRecord>(
+                  answer<session::ExecRecord>(
                       res, 202,
-                      [sig](const store::ExecRecord& e) -> json::value {
+                      [sig](const session::ExecRecord& e) -> json::value {
                         json::object o{{"id", e.id}, {"state", e.state}};
                         if (e.state == "running") o["signal"] = sig;
                         return o;

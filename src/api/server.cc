@@ -16,7 +16,7 @@ namespace asio = boost::asio;
 
 namespace detail {
 
-ServerCore::ServerCore(ServerConfig cfg) : config(std::move(cfg)) {}
+ServerCore::ServerCore(ServerConfig cfg) : config(std::move(cfg)), slots(config.slots) {}
 
 void ServerCore::log(std::string_view line) const {
   if (config.log) {
@@ -119,9 +119,14 @@ Result<void> HttpServer::start() {
   if (config.unix_socket_path.empty() && config.tcp_host.empty()) {
     return fail(ErrorCode::invalid_argument, "HTTP server has no listener configured");
   }
-  if (config.io_threads < 1 || config.blocking_threads < 1 || config.max_connections < 1) {
+  if (config.io_threads < 1 || config.blocking_threads < 1 || config.slots.total < 1) {
     return fail(ErrorCode::invalid_argument,
                 "HTTP server needs at least one io thread, blocking thread and connection");
+  }
+  if (config.slots.root_reserve >= config.slots.total || config.slots.per_peer < 1 ||
+      config.slots.per_key < 1) {
+    return fail(ErrorCode::invalid_argument,
+                "HTTP server: root_reserve must be below total, per_peer and per_key at least 1");
   }
   if (!config.unix_socket_path.empty()) {
     if (auto ok = listen_unix(); !ok) {
@@ -184,7 +189,7 @@ std::uint16_t HttpServer::tcp_port() const {
 }
 
 std::size_t HttpServer::open_connections() const {
-  return core_->open_connections.load();
+  return core_->slots.open_connections();
 }
 
 }  // namespace cela::api

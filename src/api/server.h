@@ -19,8 +19,13 @@
 //      sent)
 //   5. handler; an exception becomes 500 `internal` with the request id
 // An error answered before the body was read closes the connection after the answer.
-// Limits: max_connections open connections; one more is answered 503
-// capacity_exceeded and closed. Every error has the API.md JSON body; none hangs.
+// Limits (api/connection_slots.h): `slots.total` open connections, the last
+// `slots.root_reserve` of them only for local root on the unix socket; `slots.per_peer`
+// per TCP address or unix uid; `slots.per_key` requests in flight per API key. A
+// connection past a limit is answered (503 capacity_exceeded for the total, 429
+// rate_limited per peer or key) and closed. At the descriptor limit the listeners back
+// off and answer waiting clients 503 from a spare descriptor (api/listener.h). Every
+// error has the API.md JSON body; none hangs.
 #pragma once
 
 #include <sys/types.h>
@@ -38,6 +43,7 @@
 #include <thread>
 #include <vector>
 
+#include "api/connection_slots.h"
 #include "api/http_error.h"
 #include "api/request.h"
 #include "api/responder.h"
@@ -64,7 +70,7 @@ struct ServerConfig {
   std::uint16_t tcp_port = 8080;       // 0 = ephemeral: see HttpServer::tcp_port()
   int io_threads = 2;
   int blocking_threads = 8;
-  std::size_t max_connections = 1024;
+  SlotLimits slots;  // connections per server, per peer, requests per key
   std::chrono::milliseconds header_timeout{10'000};
   std::chrono::milliseconds body_timeout{60'000};   // RouteOptions::body_timeout overrides
   std::chrono::milliseconds idle_timeout{60'000};   // between keep-alive requests

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "api/connection_slots.h"
 #include "api/server.h"
 
 namespace cela::api::detail {
@@ -38,7 +39,7 @@ struct ServerCore {
   Router router;
   Authenticator authenticator;
   std::atomic<bool> stopping{false};  // set once the io threads are stopping: no new posts
-  std::atomic<std::size_t> open_connections{0};
+  ConnectionSlots slots;  // before ioc: pending handlers own connections, which own leases
   std::atomic<std::size_t> rejecting{0};  // over-limit connections being answered 503
   std::optional<boost::asio::thread_pool> blocking;
   // Keeps the io threads running while no operation is pending.

@@ -1,5 +1,9 @@
 #include "cli/client_common.h"
 
+#include <unistd.h>
+
+#include "common/terminal_text.h"
+
 namespace cela::cli {
 namespace json = boost::json;
 
@@ -11,7 +15,13 @@ void add_conn(CLI::App* cmd, Conn& c) {
 }
 
 int report(const Error& e) {
-  std::fprintf(stderr, "cela: %s\n", e.message().c_str());
+  // The daemon's message may quote names chosen inside the sandbox (a file path).
+  std::string message = e.message();
+  if (::isatty(2)) {
+    TerminalEscaper escaper;
+    message = escaper.feed(message) + escaper.finish();
+  }
+  std::fprintf(stderr, "cela: %s\n", message.c_str());
   return kClientExitError;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli/client_common.h"
+#include "cli/sandbox_output.h"
 #include "cli/stop_signals.h"
 #include "common/fd.h"
 #include "runtime/outcome.h"
@@ -36,7 +37,10 @@ std::string exec_path(const std::string& sid, const std::string& eid) {
 // Streams an exec's output to our stdout/stderr until its `exit` event, reconnecting
 // with Last-Event-ID when the stream drops (the server replays exactly what came after
 // it). Returns the final exec record.
-Result<json::object> stream_exec(const Client& c, const std::string& sid, const std::string& eid) {
+Result<json::object> stream_exec(const Client& c, const std::string& sid, const std::string& eid,
+                                 bool raw) {
+  std::fflush(stdout);
+  SandboxOutput out(1, raw), err(2, raw);
   std::string target = exec_path(sid, eid) + "/output?follow=1";
   std::string last_id;
   std::optional<json::object> record;
@@ -51,7 +55,7 @@ Result<json::object> stream_exec(const Client& c, const std::string& sid, const 
           bad = bytes.error();
           return false;
         }
-        write_all(ev.event == "stdout" ? stdout : stderr, *bytes);
+        (ev.event == "stdout" ? out : err).write(*bytes);
       } else if (ev.event == "exit") {
         boost::system::error_code ec;
         json::value v = json::parse(ev.data, ec);
@@ -64,7 +68,11 @@ Result<json::object> stream_exec(const Client& c, const std::string& sid, const 
       }
       return true;
     });
-    if (record) return std::move(*record);
+    if (record) {
+      out.finish();
+      err.finish();
+      return std::move(*record);
+    }
     if (bad) return std::unexpected(*bad);
     // An answer from the server (exec or session unknown, session gone): final.
     if (!r && r.error().code != ErrorCode::system) return std::unexpected(r.error());
@@ -188,6 +196,7 @@ struct ExecOpts {
   int64_t timeout_s = 0;
   bool detach = false;
   bool stdin_always = false;
+  bool raw = false;
 };
 
 int exec(const ExecOpts& o) {
@@ -221,7 +230,7 @@ int exec(const ExecOpts& o) {
   Notifier output_done, stdin_stop;
   std::optional<Result<json::object>> outcome;
   std::jthread output([&] {
-    outcome = stream_exec(*c, o.session, eid);
+    outcome = stream_exec(*c, o.session, eid, o.raw);
     output_done.notify();
   });
   std::jthread input;
@@ -249,27 +258,33 @@ int exec(const ExecOpts& o) {
 
 // ---- logs ----
 
-int logs(const Conn& conn, const std::string& sid, const std::string& eid, bool follow) {
+int logs(const Conn& conn, const std::string& sid, const std::string& eid, bool follow, bool raw) {
   auto c = Client::make(conn.url, conn.key);
   if (!c) return report(c.error());
   if (follow) {
-    auto rec = stream_exec(*c, sid, eid);
+    auto rec = stream_exec(*c, sid, eid, raw);
     return rec ? 0 : report(rec.error());
   }
   auto out = c->json("GET", exec_path(sid, eid) + "/output");
   if (!out) return report(out.error());
   bool b64 = str(*out, "encoding") == "base64";
-  for (auto [name, f] : {std::pair{"stdout", stdout}, std::pair{"stderr", stderr}}) {
+  for (auto [name, fd] : {std::pair{"stdout", 1}, std::pair{"stderr", 2}}) {
     std::string data = str(*out, name);
     if (b64) {
       auto d = client::base64_decode(data);
       if (!d) return report(d.error());
       data = std::move(*d);
     }
-    write_all(f, data);
+    SandboxOutput sink(fd, raw);
+    sink.write(data);
+    sink.finish();
   }
   return 0;
 }
+
+constexpr const char* kRawHelp =
+    "Pass the exec's output to a terminal unchanged (by default control sequences are shown "
+    "escaped, e.g. \\x1b; pipes and files always get the exact bytes)";
 
 }  // namespace
 
@@ -288,6 +303,7 @@ void add_exec_commands(CLI::App& app, int& exit_code) {
               "Forward stdin even when it is a terminal (a pipe or file always is)");
   e->add_flag("--detach,-d", ex->detach,
               "Print the exec id and return at once, stdin not forwarded (see `cela logs`)");
+  e->add_flag("--raw", ex->raw, kRawHelp);
   e->add_option("command", ex->command, "CMD [ARGS...] after --")->expected(-1)->required();
   e->footer(
       "Exit code: the command's own; 128+N when killed by signal N (or when cela exec received "
@@ -301,6 +317,7 @@ void add_exec_commands(CLI::App& app, int& exit_code) {
     Conn conn;
     std::string session, exec;
     bool follow = false;
+    bool raw = false;
   };
   auto lg = std::make_shared<LogsOpts>();
   auto* l = app.add_subcommand("logs", "Print an exec's captured output (or follow it)");
@@ -310,10 +327,11 @@ void add_exec_commands(CLI::App& app, int& exit_code) {
   l->add_flag("--follow,-f", lg->follow,
               "Stream the output as it comes until the exec ends (resumes where it was if the "
               "connection drops)");
+  l->add_flag("--raw", lg->raw, kRawHelp);
   l->footer(
       "Exit code: 0 once the output is printed (whatever the exec's own); 1 client or API error; 2 "
       "bad usage.");
-  l->callback([lg, &exit_code] { exit_code = logs(lg->conn, lg->session, lg->exec, lg->follow); });
+  l->callback([lg, &exit_code] { exit_code = logs(lg->conn, lg->session, lg->exec, lg->follow, lg->raw); });
 }
 
 }  // namespace cela::cli

@@ -8,12 +8,12 @@
 #include "cli/run_cmd.h"
 #include "cli/serve_cmd.h"
 #include "cli/template_cmd.h"
-#include "jail/init.h"
-#include "jail/result.h"
+#include "agent/init.h"
+#include "runtime/outcome.h"
 
 int main(int argc, char** argv) {
-  // A sandbox's init, re-executed by a multi-threaded host side (jail/init.h).
-  if (argc == 2 && std::string_view(argv[1]) == "__init") cela::jail::run_init_reexec(cela::jail::kReexecControlFd);
+  // A sandbox's init, re-executed by a multi-threaded host side (agent/init.h).
+  if (argc == 2 && std::string_view(argv[1]) == "__init") cela::agent::run_init_reexec(cela::agent::kReexecControlFd);
   CLI::App app{"cela: a sandbox for running untrusted, AI-generated code"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "cela 0.1.0");
@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "cela: %s (see --help)\n", e.what());
-    return cela::jail::kExitUsage;
+    return cela::runtime::kExitUsage;
   }
   return exit_code;
 }

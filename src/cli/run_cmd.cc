@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 
+#include "cli/sandbox_output.h"
 #include "cli/stop_signals.h"
 #include "common/units.h"
 #include "jail/result.h"
@@ -45,6 +46,7 @@ struct RunOptions {
   std::string output_file;
   bool allow_sudo = false;
   bool no_allow_sudo = false;
+  bool raw = false;
   std::string templates_dir = "/var/lib/cela/templates";
   std::vector<std::string> command;
 };
@@ -101,18 +103,6 @@ Result<Plan> make_plan(const RunOptions& o, const rootfs::Template& tmpl) {
   if (!process) return std::unexpected(process.error());
   p.exec = runtime::to_exec_request(*process);
   return p;
-}
-
-void write_all(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return;  // our own output is gone (closed pipe): keep running, drop the bytes
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
 }
 
 // Our stdin on its way to the command's, never blocking the supervise loop: a command
@@ -175,19 +165,22 @@ class StdinForward {
 };
 
 // Copies from `from` to `to`; returns false at EOF or error.
-bool pump(int from, int to) {
+bool pump(int from, SandboxOutput& to) {
   char buf[65536];
   ssize_t n = ::read(from, buf, sizeof buf);
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
-  if (n <= 0) return false;
-  write_all(to, buf, static_cast<size_t>(n));
+  if (n <= 0) {
+    to.finish();
+    return false;
+  }
+  to.write(std::string_view(buf, static_cast<size_t>(n)));
   return true;
 }
 
 // Runs the exec to its end: streams output, forwards stdin, enforces the timeout,
 // stops on SIGTERM/SIGINT. Kills the sandbox when the main process ends.
-void supervise(Sandbox& sb, StartedExec& ex, const Plan& plan, int out_fd, int err_fd, int signal_fd,
-               RunObservation& obs) {
+void supervise(Sandbox& sb, StartedExec& ex, const Plan& plan, SandboxOutput& out, SandboxOutput& err,
+               int signal_fd, RunObservation& obs) {
   UniqueFd timer(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC));
   itimerspec its{};
   its.it_value.tv_sec = static_cast<time_t>(plan.timeout_ms / 1000);
@@ -210,8 +203,8 @@ void supervise(Sandbox& sb, StartedExec& ex, const Plan& plan, int out_fd, int e
       if (errno == EINTR) continue;
       break;
     }
-    if (fds[0].revents && !pump(out_r, out_fd)) out_r = -1;
-    if (fds[1].revents && !pump(err_r, err_fd)) err_r = -1;
+    if (fds[0].revents && !pump(out_r, out)) out_r = -1;
+    if (fds[1].revents && !pump(err_r, err)) err_r = -1;
     if (fds[2].revents) input.on_readable();
     if (fds[7].revents) input.on_writable();
     auto stop = [&] {
@@ -340,7 +333,8 @@ int run(const RunOptions& o) {
         obs.failure_exit_code = e.context == "execve" ? (e.err == ENOENT ? kExitNotFound : kExitCannotExec)
                                                       : kExitFailed;
       } else {
-        supervise(*sb, *ex, *plan, out_fd, err_fd, signal_fd.get(), obs);
+        SandboxOutput out(out_fd, o.raw), err(err_fd, o.raw);
+        supervise(*sb, *ex, *plan, out, err, signal_fd.get(), obs);
       }
       ended = Clock::now();
       // Stats are read after every process is gone and before the cgroup is removed.
@@ -356,7 +350,7 @@ int run(const RunOptions& o) {
   }
   if (o.json) {
     std::string text = boost::json::serialize(result.to_json()) + "\n";
-    write_all(1, text.data(), text.size());
+    write_fd(1, text);
   } else if (result.state != RunState::exited || result.reason.find("limit") != std::string::npos) {
     say(result.reason);
   }
@@ -384,6 +378,9 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--cwd", opts->cwd, "Working directory inside (default: the user's home)");
   cmd->add_flag("--json", opts->json, "Print the result as one JSON object on stdout (output goes to stderr)");
   cmd->add_option("--output-file", opts->output_file, "Write the command's stdout and stderr to this file");
+  cmd->add_flag("--raw", opts->raw,
+                "Pass the command's output to a terminal unchanged (by default control sequences are "
+                "shown escaped, e.g. \\x1b; pipes and files always get the exact bytes)");
   cmd->add_flag("--allow-sudo", opts->allow_sudo,
                 "Turn no_new_privs off so setuid (sudo) reaches user-namespace root (default: as the template says)");
   cmd->add_flag("--no-allow-sudo", opts->no_allow_sudo, "Keep no_new_privs on even if the template ships sudo");

@@ -55,32 +55,50 @@ std::optional<std::string> hex_decode(std::string_view text) {
   return out;
 }
 
+int utf8_sequence_at(std::string_view s, size_t i) {
+  auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return 1;
+  size_t len;
+  unsigned char lo = 0x80, hi = 0xBF;  // bounds of the second byte
+  if (c >= 0xC2 && c <= 0xDF) len = 2;
+  else if (c == 0xE0) len = 3, lo = 0xA0;
+  else if (c == 0xED) len = 3, hi = 0x9F;  // no surrogates
+  else if (c >= 0xE1 && c <= 0xEF) len = 3;
+  else if (c == 0xF0) len = 4, lo = 0x90;
+  else if (c >= 0xF1 && c <= 0xF3) len = 4;
+  else if (c == 0xF4) len = 4, hi = 0x8F;
+  else return 0;
+  for (size_t k = 1; k < len; ++k) {
+    if (i + k >= s.size()) return -1;
+    auto b = static_cast<unsigned char>(s[i + k]);
+    if (k == 1 ? (b < lo || b > hi) : (b & 0xC0) != 0x80) return 0;
+  }
+  return static_cast<int>(len);
+}
+
 bool valid_utf8(std::string_view s) {
-  size_t i = 0, n = s.size();
-  while (i < n) {
-    auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
+  for (size_t i = 0; i < s.size();) {
+    int len = utf8_sequence_at(s, i);
+    if (len <= 0) return false;
+    i += static_cast<size_t>(len);
+  }
+  return true;
+}
+
+std::string utf8_lossy(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    int len = utf8_sequence_at(s, i);
+    if (len <= 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD for each byte that starts no valid sequence
       ++i;
       continue;
     }
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xBF;  // bounds of the second byte
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c == 0xE0) len = 3, lo = 0xA0;
-    else if (c == 0xED) len = 3, hi = 0x9F;  // no surrogates
-    else if (c >= 0xE1 && c <= 0xEF) len = 3;
-    else if (c == 0xF0) len = 4, lo = 0x90;
-    else if (c >= 0xF1 && c <= 0xF3) len = 4;
-    else if (c == 0xF4) len = 4, hi = 0x8F;
-    else return false;
-    if (i + len > n) return false;
-    auto c1 = static_cast<unsigned char>(s[i + 1]);
-    if (c1 < lo || c1 > hi) return false;
-    for (size_t k = 2; k < len; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) return false;
-    i += len;
+    out.append(s.substr(i, static_cast<size_t>(len)));
+    i += static_cast<size_t>(len);
   }
-  return true;
+  return out;
 }
 
 }  // namespace cela

@@ -4,12 +4,24 @@
 #include <charconv>
 #include <cmath>
 
+#include "common/encoding.h"
+
 namespace cela {
 namespace json = boost::json;
 
 namespace {
 
 void write(const json::value& v, std::string& out);
+
+// Boost.JSON writes a string's bytes as they are; a file name or a message quoting one
+// may not be UTF-8, and the answer must be (the exact bytes go in a `_b64` sibling).
+void write_string(json::string_view s, std::string& out) {
+  if (valid_utf8(s)) {
+    out += json::serialize(s);
+  } else {
+    out += json::serialize(json::string_view(utf8_lossy(s)));
+  }
+}
 
 void write_double(double d, std::string& out) {
   if (!std::isfinite(d)) {
@@ -35,7 +47,7 @@ void write(const json::value& v, std::string& out) {
       for (const auto& kv : v.get_object()) {
         if (!first) out += ',';
         first = false;
-        out += json::serialize(json::string_view(kv.key()));
+        write_string(kv.key(), out);
         out += ':';
         write(kv.value(), out);
       }
@@ -53,6 +65,7 @@ void write(const json::value& v, std::string& out) {
       out += ']';
       return;
     }
+    case json::kind::string: write_string(v.get_string(), out); return;
     default: out += json::serialize(v); return;
   }
 }

@@ -6,13 +6,16 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <charconv>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 
 #include "api/routes.h"
 #include "api/server.h"
 #include "common/fs.h"
+#include "common/nofile.h"
 #include "rootfs/template.h"
 #include "session/config.h"
 #include "session/manager.h"
@@ -55,7 +58,27 @@ int run(const DaemonOptions& o) {
   if (!o.state_dir.empty()) config.state_dir = o.state_dir;
   if (o.max_sessions > 0) config.max_sessions = o.max_sessions;
 
+  // Descriptors first: the connection caps are derived from what the daemon may hold,
+  // keeping reserve_fds for the store and the sessions' pipes and files.
+  auto nofile = raise_nofile_limit();
+  if (!nofile) {
+    say(nofile.error().message());
+    return 1;
+  }
+  const session::ConnectionConfig& cc = config.connections;
+  api::ConnectionBudget budget = api::plan_connection_budget(
+      nofile->soft, {cc.max_total, cc.root_reserve, cc.per_peer, cc.per_key, cc.reserve_fds,
+                     static_cast<uint64_t>(config.max_sessions)});
+  for (const auto& warning : budget.warnings) say("config: " + warning);
+  if (config.exec_nofile > nofile->hard)
+    say("config: exec_nofile " + std::to_string(config.exec_nofile) + " is above the daemon's hard RLIMIT_NOFILE; execs get " +
+        std::to_string(nofile->hard));
+
   api::ServerConfig server_config;
+  server_config.slots = budget.limits;
+  auto millis = [](double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); };
+  server_config.header_timeout = millis(cc.header_timeout_s);
+  server_config.idle_timeout = millis(cc.idle_timeout_s);
   server_config.unix_socket_path = config.socket_path;
   server_config.io_threads = config.http_threads;
   server_config.blocking_threads = config.blocking_threads;
@@ -118,11 +141,14 @@ int run(const DaemonOptions& o) {
     say("sessions: " + manager.error().message());
     return 1;
   }
+  auto recover_began = std::chrono::steady_clock::now();
   if (auto n = (*manager)->recover(); !n) {
     say("recover: " + n.error().message());
   } else if (*n > 0) {
-    std::printf("cela: closed %lld session(s) left by the previous daemon (reason daemon_restart)\n",
-                static_cast<long long>(*n));
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - recover_began);
+    std::printf("cela: closed %lld session(s) left by the previous daemon (reason daemon_restart) in %lld ms\n",
+                static_cast<long long>(*n), static_cast<long long>(ms.count()));
+    std::fflush(stdout);
   }
 
   // Stop signals are taken with sigwait below; block them before threads start.
@@ -133,7 +159,7 @@ int run(const DaemonOptions& o) {
   ::signal(SIGPIPE, SIG_IGN);
 
   api::HttpServer server(server_config);
-  api::RouteContext ctx{server, **manager, **store, default_tenant};
+  api::RouteContext ctx{server, **manager, default_tenant};
   server.set_authenticator(api::make_authenticator(ctx));
   api::add_api_routes(ctx);
   if (auto r = server.start(); !r) {
@@ -144,6 +170,10 @@ int run(const DaemonOptions& o) {
               config.listen.empty() ? "" : (" and http://" + server_config.tcp_host + ":" +
                                             std::to_string(server.tcp_port()))
                                                .c_str());
+  std::printf("cela: connections: %zu (%zu reserved for local root), %zu per client, %zu requests per key; "
+              "RLIMIT_NOFILE %llu, %llu kept for sessions\n",
+              budget.limits.total, budget.limits.root_reserve, budget.limits.per_peer, budget.limits.per_key,
+              static_cast<unsigned long long>(budget.fd_limit), static_cast<unsigned long long>(budget.reserve_fds));
   std::fflush(stdout);
   int sig = 0;
   ::sigwait(&stop, &sig);

@@ -20,7 +20,7 @@
 #include <functional>
 
 #include "common/fs.h"
-#include "jail/init.h"
+#include "agent/init.h"
 #include "jail/userns.h"
 
 namespace cela::jail {
@@ -34,7 +34,7 @@ using agent::send_message;
 namespace {
 
 // The namespaces cloned at birth. The cgroup namespace is entered by init itself
-// after the host attached it to its cgroup (see init.cc).
+// after the host attached it to its cgroup (see agent/init.cc).
 constexpr uint64_t kCloneNamespaces =
     CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET;
 
@@ -148,9 +148,12 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
   if (!attach_fds) return std::unexpected(attach_fds.error());
   std::vector<int> attach;
   for (const auto& fd : *attach_fds) attach.push_back(fd.get());
+  // A re-executed init gets the program as a sealed memfd with its config.
+  UniqueFd seccomp_fd;
   if (spec.reexec_init) {
-    // Warm the cache the re-executed init loads its seccomp program from.
-    (void)cached_seccomp_program();
+    auto sealed = agent::seal_seccomp_program(seccomp);
+    if (!sealed) return std::unexpected(sealed.error());
+    seccomp_fd = std::move(*sealed);
   }
 
   Launch launch;
@@ -197,9 +200,9 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
       if (::syscall(SYS_setresgid, 0, 0, 0) != 0 || ::syscall(SYS_setgroups, 0, nullptr) != 0 ||
           ::syscall(SYS_setresuid, 0, 0, 0) != 0)
         ::_exit(126);
-      if (child_end.get() == kReexecControlFd) {
-        if (::fcntl(kReexecControlFd, F_SETFD, 0) < 0) ::_exit(127);
-      } else if (::dup2(child_end.get(), kReexecControlFd) < 0) {
+      if (child_end.get() == agent::kReexecControlFd) {
+        if (::fcntl(agent::kReexecControlFd, F_SETFD, 0) < 0) ::_exit(127);
+      } else if (::dup2(child_end.get(), agent::kReexecControlFd) < 0) {
         ::_exit(127);
       }
       char arg0[] = "cela", arg1[] = "__init";
@@ -209,8 +212,8 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
       ::_exit(127);
     }
     sb->control_.reset();
-    InitConfig config{child_end.get(), spec.hostname, spec.rootfs, &seccomp};
-    run_init(config);
+    agent::InitConfig config{child_end.get(), spec.hostname, spec.rootfs, &seccomp};
+    agent::run_init(config);
   };
   launch.child = &child;
   if (auto r = launch_init(launch); !r) return std::unexpected(r.error());
@@ -233,7 +236,8 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
     json::object config = message(MessageType::config, {{"hostname", spec.hostname},
                                                          {"shm_bytes", spec.rootfs.shm_bytes},
                                                          {"pty_max", spec.rootfs.pty_max}});
-    if (auto r = send_message(sb->control_fd(), config); !r) return std::unexpected(r.error());
+    if (auto r = send_message(sb->control_fd(), config, {seccomp_fd.get()}); !r) return std::unexpected(r.error());
+    seccomp_fd.reset();
   }
   if (auto r = send_message(sb->control_fd(), message(MessageType::maps), attach); !r) return std::unexpected(r.error());
   attach_fds->clear();
@@ -327,7 +331,8 @@ Result<Message> Sandbox::next_event() {
     pending_.pop_front();
     return m;
   }
-  return recv_message(control_fd());
+  // A `started` whose pipes the daemon had no room for still names its exec.
+  return recv_message(control_fd(), true);
 }
 
 void Sandbox::kill() {

@@ -82,7 +82,8 @@ class Sandbox {
   Result<void> signal_exec(uint64_t id, int sig);
 
   // The control socket: poll it, then next_event() returns one message (`exited`,
-  // ...). EOF means init died.
+  // ...). EOF means init died. A message whose descriptors the caller had no room for
+  // comes whole, with fds_truncated set.
   int control_fd() const { return control_.get(); }
   Result<agent::Message> next_event();
   // Readable (POLLIN) when init has exited.

@@ -370,12 +370,8 @@ Result<SeccompProgram> cached_seccomp_program(const std::string& cache_dir) {
   std::string path = cache_dir + "/seccomp-" + std::to_string(self.st_dev) + "-" + std::to_string(self.st_ino) +
                      "-" + std::to_string(self.st_size) + "-" + std::to_string(self.st_mtim.tv_sec) + "." +
                      std::to_string(self.st_mtim.tv_nsec) + ".bpf";
-  if (auto cached = read_file(path); cached && !cached->empty() && cached->size() % sizeof(sock_filter) == 0) {
-    SeccompProgram program;
-    program.instructions.resize(cached->size() / sizeof(sock_filter));
-    std::memcpy(program.instructions.data(), cached->data(), cached->size());
-    return program;
-  }
+  if (auto cached = read_file(path))
+    if (auto program = agent::seccomp_program_from_bytes(*cached)) return program;
   auto program = build_seccomp_program();
   if (!program) return program;
   // A miss means a new binary: programs cached for earlier builds are dead weight.
@@ -398,17 +394,6 @@ Result<SeccompProgram> cached_seccomp_program(const std::string& cache_dir) {
     if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) ::unlink(tmp.c_str());
   }
   return program;
-}
-
-int install_seccomp(const SeccompProgram& program) {
-  const size_t count = program.instructions.size();
-  if (count == 0 || count > BPF_MAXINSNS) return EINVAL;
-  sock_fprog prog{};
-  prog.len = static_cast<unsigned short>(count);
-  // The kernel copies the program; it never writes through this pointer.
-  prog.filter = const_cast<sock_filter*>(program.instructions.data());
-  if (::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) != 0) return errno;
-  return 0;
 }
 
 }  // namespace cela::jail

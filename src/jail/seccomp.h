@@ -1,8 +1,8 @@
 // The seccomp policy: a table (default deny, an allowlist in the spirit of Docker's
 // default profile, the always-denied list of docs/security.md with their errnos and
 // argument rules) compiled once with libseccomp into a classic BPF program. The
-// program is built in the parent; the sandbox only installs it (no allocation, no
-// libseccomp calls between fork and execve).
+// program is built in the parent; the sandbox only installs it (agent/seccomp_program.h:
+// no allocation, no libseccomp calls between fork and execve).
 #pragma once
 
 #include <linux/filter.h>
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/seccomp_program.h"
 #include "common/error.h"
 
 namespace cela::jail {
@@ -30,9 +31,8 @@ const std::vector<SyscallRule>& seccomp_denied_syscalls();
 // allowlist: an unconditional rule would override the argument rules.
 const std::vector<std::string>& seccomp_argument_filtered_syscalls();
 
-struct SeccompProgram {
-  std::vector<sock_filter> instructions;
-};
+using agent::SeccompProgram;
+using agent::install_seccomp;
 
 // Compiles the policy for the native architecture (other architectures, x32
 // included, are killed). Unknown syscalls fail with ENOSYS so libc falls back.
@@ -44,10 +44,5 @@ Result<SeccompProgram> build_seccomp_program();
 // 2 ms per spawn; loading the cached program a few microseconds. The directory must
 // be writable by root only (the program decides what sandboxes may do).
 Result<SeccompProgram> cached_seccomp_program(const std::string& cache_dir = "/run/cela");
-
-// Installs `program` on the calling thread (prctl SECCOMP_MODE_FILTER).
-// Async-signal-safe. Requires no_new_privs or CAP_SYS_ADMIN in the current user ns.
-// Returns 0 or an errno.
-int install_seccomp(const SeccompProgram& program);
 
 }  // namespace cela::jail

@@ -285,6 +285,7 @@ class JailInstance final : public Instance {
   struct Entry {
     JailExec* exec;
     ExecListener* listener;
+    bool start_failed = false;
   };
 
   void arm_control() {
@@ -302,9 +303,15 @@ class JailInstance final : public Instance {
     auto* idv = msg->body.if_contains("id");
     uint64_t id = idv && idv->is_number() ? idv->to_number<uint64_t>() : 0;
     auto it = execs_.find(id);
-    if (it != execs_.end()) {
+    if (it != execs_.end() && !it->second.start_failed) {
       Entry entry = it->second;
-      if (type == agent::MessageType::started && msg->fds.size() == 3) {
+      if (type == agent::MessageType::started && msg->fds.size() != 3) {
+        // The daemon had no descriptor left for the exec's pipes (the kernel dropped
+        // them): it cannot be served. It ends here; the session goes on.
+        it->second.start_failed = true;  // its `exited` is not reported again
+        (void)entry.exec->kill_tree();
+        entry.listener->on_start_failed({agent::ExecStep::pipe, msg->fds_truncated ? EMFILE : EPROTO});
+      } else if (type == agent::MessageType::started) {
         auto* pid = msg->body.if_contains("pid");
         entry.exec->started(std::move(msg->fds[0]), std::move(msg->fds[1]), std::move(msg->fds[2]));
         entry.listener->on_started(pid && pid->is_number() ? pid->to_number<pid_t>() : 0);

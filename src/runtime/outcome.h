@@ -14,6 +14,7 @@ using jail::classify;
 using jail::exit_code_for;
 using jail::to_string;
 
+inline constexpr int kExitUsage = jail::kExitUsage;
 inline constexpr int kExitFailed = jail::kExitFailed;
 inline constexpr int kExitCannotExec = jail::kExitCannotExec;
 inline constexpr int kExitNotFound = jail::kExitNotFound;

@@ -54,8 +54,8 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   JsonFields f(o);
   ONLY(f, "state_dir", "templates_dir", "socket", "listen", "default_template", "max_sessions", "output_cap_bytes",
        "max_body_bytes", "max_upload_bytes", "http_threads", "blocking_threads", "defaults", "maxima", "tenant_quotas",
-       "output_retention", "stdin_timeout_s", "uid_slots", "launcher_threads", "session_budgets", "block_io",
-       "admission");
+       "output_retention", "stdin_timeout_s", "uid_slots", "launcher_threads", "exec_nofile", "connections",
+       "session_budgets", "block_io", "admission");
   TAKE(f, "state_dir", c.state_dir);
   TAKE(f, "templates_dir", c.templates_dir);
   TAKE(f, "socket", c.socket_path);
@@ -70,6 +70,7 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   TAKE(f, "stdin_timeout_s", c.stdin_timeout_s);
   TAKE(f, "uid_slots", c.uid_slots);
   TAKE(f, "launcher_threads", c.launcher_threads);
+  TAKE(f, "exec_nofile", c.exec_nofile);
 
   auto section = [&](std::string_view key) -> Result<std::optional<JsonFields>> {
     auto s = f.object(key);
@@ -173,6 +174,22 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
       TAKE(**host, "files", c.admission.host_files);
     }
   }
+  auto conn = section("connections");
+  if (!conn) return std::unexpected(conn.error());
+  if (*conn) {
+    const JsonFields& s = **conn;
+    ONLY(s, "max_total", "per_peer", "per_key", "root_reserve", "reserve_fds", "header_timeout_s", "idle_timeout_s");
+    TAKE(s, "max_total", c.connections.max_total);
+    TAKE(s, "per_peer", c.connections.per_peer);
+    TAKE(s, "per_key", c.connections.per_key);
+    TAKE(s, "root_reserve", c.connections.root_reserve);
+    TAKE(s, "reserve_fds", c.connections.reserve_fds);
+    TAKE(s, "header_timeout_s", c.connections.header_timeout_s);
+    TAKE(s, "idle_timeout_s", c.connections.idle_timeout_s);
+  }
+  for (double t : {c.connections.header_timeout_s, c.connections.idle_timeout_s})
+    if (!(t > 0 && t <= 3600))
+      return fail(ErrorCode::invalid_argument, "config: connections timeouts must be in (0, 3600] seconds");
   if (c.budgets.ptys < 1 || c.budgets.ptys > 4096)
     return fail(ErrorCode::invalid_argument, "config: session_budgets.ptys must be 1..4096");
   if (c.block_io.weight > 10000)
@@ -180,6 +197,7 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   for (double ratio : {c.admission.memory_overcommit, c.admission.pids_overcommit, c.admission.files_overcommit})
     if (!(ratio > 0) || ratio > 1e6)
       return fail(ErrorCode::invalid_argument, "config: admission.overcommit ratios must be > 0");
+  if (c.exec_nofile < 16) return fail(ErrorCode::invalid_argument, "config: exec_nofile must be >= 16");
   if (c.uid_slots < 1 || c.uid_slots > 4096) return fail(ErrorCode::invalid_argument, "config: uid_slots must be 1..4096");
   if (c.output_retention_days < 0)
     return fail(ErrorCode::invalid_argument, "config: output_retention.days must be >= 0");

@@ -58,7 +58,6 @@ struct BlockIoConfig {
   uint64_t weight = 0;
   uint64_t read_bps = 0, write_bps = 0, read_iops = 0, write_iops = 0;
   std::vector<std::string> devices;
-  bool any() const { return weight || read_bps || write_bps || read_iops || write_iops; }
 };
 
 // Host admission: the sum of what live sessions are granted (memory limit, pids,
@@ -71,6 +70,18 @@ struct AdmissionConfig {
   // What the host has; 0 = measured at start (MemTotal, min(pid_max, threads-max),
   // fs.file-max).
   uint64_t host_memory_mb = 0, host_pids = 0, host_files = 0;
+};
+
+// The HTTP edge (docs/operations.md "Connections", api/connection_slots.h). A count of 0
+// is derived from RLIMIT_NOFILE at start.
+struct ConnectionConfig {
+  uint64_t max_total = 0;     // open connections, every transport
+  uint64_t per_peer = 0;      // per TCP address (IPv6: per /64) or unix uid
+  uint64_t per_key = 0;       // requests in flight per API key, streams included
+  uint64_t root_reserve = 0;  // of max_total: only local root on the unix socket
+  uint64_t reserve_fds = 0;   // descriptors connections never take (sessions, store)
+  double header_timeout_s = 10;  // a request header (and a new connection's first byte)
+  double idle_timeout_s = 60;    // a keep-alive connection between requests
 };
 
 struct DaemonConfig {
@@ -91,6 +102,8 @@ struct DaemonConfig {
   uint64_t uid_slots = 4096;
   // A stdin write the process does not take within this bound answers request_timeout.
   uint64_t stdin_timeout_s = 30;
+  // Every exec's RLIMIT_NOFILE (soft and hard), at most the daemon's hard limit.
+  uint64_t exec_nofile = 4096;
   int http_threads = 2;
   // Threads that boot sandboxes; each lives as long as the daemon (inits die with the
   // thread that cloned them).
@@ -102,6 +115,7 @@ struct DaemonConfig {
   SessionBudgets budgets;
   BlockIoConfig block_io;
   AdmissionConfig admission;
+  ConnectionConfig connections;
 
   // Reads a JSON config file over the defaults.
   static Result<DaemonConfig> load(const std::string& path);

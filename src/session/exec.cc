@@ -90,6 +90,7 @@ void SessionManager::start_exec(const Caller& caller, const std::string& session
     in.env = spec.env;
     in.allow_sudo = s.allow_sudo;
     in.fsize_bytes = s.limits.disk_mb << 20;
+    in.nofile = config_.exec_nofile;
     auto process = process_spec(s.tmpl.user, in);
     if (!process) return done(std::unexpected(process.error()));
 
@@ -189,6 +190,7 @@ void SessionManager::exec_finished(ExecState& e) {
                             : 0;
   r.cpu_ms = static_cast<int64_t>(e.observed.stats.cpu_usage_ns / 1'000'000);
   r.peak_memory_bytes = static_cast<int64_t>(e.observed.stats.memory_peak_bytes);
+  if (e.observed.stats.pids_peak > 0) r.pids_peak = static_cast<int64_t>(e.observed.stats.pids_peak);
   r.stdout_bytes = static_cast<int64_t>(e.output->total(runtime::Stream::stdout_stream));
   r.stderr_bytes = static_cast<int64_t>(e.output->total(runtime::Stream::stderr_stream));
   r.output_truncated = e.output->truncated();

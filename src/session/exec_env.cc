@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/nofile.h"
+
 namespace cela::session {
 
 Identity identity_for(const rootfs::TemplateUser& account, ExecUser user) {
@@ -18,6 +20,7 @@ Result<runtime::ProcessSpec> process_spec(const rootfs::TemplateUser& account, c
   p.gid = id.gid;
   p.cwd = in.cwd.empty() ? id.home : in.cwd;
   p.fsize_bytes = in.fsize_bytes;
+  p.nofile = nofile_grant(in.nofile);
   p.no_new_privs = !in.allow_sudo;
   p.env = {kDefaultPath, "HOME=" + id.home, "USER=" + id.name, "LOGNAME=" + id.name, "LANG=C.UTF-8", "TERM=dumb"};
   for (const auto* list : {&in.base_env, &in.env}) {

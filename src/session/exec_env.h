@@ -24,6 +24,7 @@ struct ExecEnvInput {
   std::vector<std::string> env;       // "K=V" (the exec's), over base_env
   bool allow_sudo = false;            // no_new_privs off (setuid sudo works)
   uint64_t fsize_bytes = 0;
+  uint64_t nofile = 4096;  // RLIMIT_NOFILE asked for; granted at most this process's hard limit
 };
 
 // The user an exec runs as: the template's account, or root.
@@ -34,6 +35,9 @@ struct Identity {
 };
 Identity identity_for(const rootfs::TemplateUser& account, ExecUser user);
 
+// RLIMIT_NOFILE is min(in.nofile, this process's hard limit): the sandbox's init
+// inherited that hard limit and cannot raise it, so asking for more would only fail the
+// exec (common/nofile.h).
 // The environment is clean: PATH, HOME, USER, LOGNAME, LANG=C.UTF-8, TERM=dumb, then
 // base_env, then env (a later K replaces an earlier one). invalid_argument for a
 // malformed "K=V".

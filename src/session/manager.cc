@@ -8,34 +8,24 @@
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
-#include <boost/json.hpp>
 #include <algorithm>
 #include <cassert>
 #include <cstdio>
 #include <future>
 
 #include "common/fs.h"
+#include "common/nofile.h"
 #include "runtime/jail.h"
 #include "session/exec_env.h"
 #include "session/state.h"
 
 namespace cela::session {
 namespace asio = boost::asio;
-namespace json = boost::json;
 using store::SessionRecord;
 
 namespace {
 constexpr auto kRetryUnrecorded = std::chrono::seconds(2);
 
-json::object limits_json(const SessionLimits& l) {
-  return {{"cpus", l.cpus},
-          {"memory_mb", l.memory_mb},
-          {"disk_mb", l.disk_mb},
-          {"pids", l.pids},
-          {"ttl_s", l.ttl_s},
-          {"idle_timeout_s", l.idle_timeout_s},
-          {"exec_timeout_s", l.exec_timeout_s}};
-}
 }  // namespace
 
 // Always on (release builds too): a session touched off the reactor is a data race
@@ -174,7 +164,7 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
   auto tenant = store_.get_tenant(caller.tenant_id);
   if (!tenant) return give_back(tenant.error());
   if (auto q = Admission::check_quota(store_, *tenant, spec.limits); !q) return give_back(q.error());
-  HostGrant grant = HostGrant::of(spec.limits, runtime::ProcessSpec{}.nofile);
+  HostGrant grant = HostGrant::of(spec.limits, nofile_grant(config_.exec_nofile));
   if (auto g = admission_.take(grant); !g) return give_back(g.error());
   granted = grant;
   auto tmpl = rootfs::load_template(templates_, spec.template_name);
@@ -197,10 +187,10 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
   r.tenant_id = caller.tenant_id;
   r.state = std::string(store::session_state::starting);
   r.template_ref = tmpl->name + "@" + tmpl->version;
-  r.limits = limits_json(spec.limits);
-  r.network = {{"mode", "none"}};
+  r.limits = spec.limits;
+  r.network = NetworkPolicy{};
   r.metadata = spec.metadata;
-  r.spec = {{"template", spec.template_name}, {"allow_sudo", session->allow_sudo}};
+  r.spec = {.template_name = spec.template_name, .allow_sudo = session->allow_sudo};
   int64_t now = store::now_ms();
   r.created_at = store::format_rfc3339(now);
   r.expires_at = store::format_rfc3339(now + static_cast<int64_t>(spec.limits.ttl_s) * 1000);
@@ -240,7 +230,7 @@ void SessionManager::booted(std::shared_ptr<Session> session, Result<std::unique
     r.termination_reason = std::move(reason);
     r.termination_message = std::move(message);
     r.termination_at = store::now_rfc3339();
-    if (auto w = store_.set_terminated(r.id, r.state, r.termination_reason, r.termination_message, nullptr); !w) {
+    if (auto w = store_.set_terminated(r.id, r.state, r.termination_reason, r.termination_message, std::nullopt); !w) {
       std::lock_guard lock(unrecorded_mu_);
       unrecorded_[r.id] = r;
     }
@@ -293,12 +283,12 @@ void SessionManager::terminate(const std::shared_ptr<Session>& session, std::str
   if (session->instance) teardown = session->instance->destroy();
   for (auto& [id, e] : session->execs) e->exec.reset();
   session->instance.reset();
-  json::object cleanup{{"processes_killed", teardown.processes_killed},
-                       {"cgroup_removed", teardown.cgroup_removed},
-                       {"mounts_removed", true},  // they lived only in the session's mount namespace
-                       {"upper_dir_freed", true},
-                       {"secrets_wiped", 0}};
-  if (!teardown.error.empty()) cleanup["error"] = teardown.error;
+  CleanupReport cleanup;
+  cleanup.processes_killed = teardown.processes_killed;
+  cleanup.cgroup_removed = teardown.cgroup_removed;
+  cleanup.mounts_removed = true;  // they lived only in the session's mount namespace
+  cleanup.upper_dir_freed = true;
+  cleanup.error = teardown.error;
   SessionRecord& r = session->record;
   r.state = std::move(state);
   r.termination_reason = std::move(reason);
@@ -401,7 +391,7 @@ void SessionManager::patch(const Caller& caller, const std::string& id, PatchSpe
     // ttl_s counts from now: the session lives ttl_s more seconds.
     SessionRecord next = s.record;
     next.expires_at = store::format_rfc3339(store::now_ms() + static_cast<int64_t>(*spec.ttl_s) * 1000);
-    next.limits["ttl_s"] = *spec.ttl_s;
+    next.limits.ttl_s = *spec.ttl_s;
     if (auto u = store_.update_session(next); !u) return done(std::unexpected(u.error()));
     s.record = std::move(next);
     s.limits.ttl_s = *spec.ttl_s;

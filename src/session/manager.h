@@ -43,11 +43,18 @@
 #include "session/admission.h"
 #include "session/config.h"
 #include "session/output.h"
+#include "session/tenants.h"
 #include "session/session_fs.h"
 #include "session/types.h"
 #include "store/store.h"
 
 namespace cela::session {
+
+// Listing sessions (the store's page and filter types).
+using store::PageRequest;
+using store::SessionFilter;
+using store::SessionPage;
+
 
 struct Session;
 struct ExecState;
@@ -108,6 +115,8 @@ class SessionManager {
   // True when no create could be admitted now (readyz).
   bool full() const;
   const DaemonConfig& config() const { return config_; }
+  // Tenants and keys (any thread).
+  Tenants& tenants() { return tenants_; }
 
  private:
   friend struct ExecState;
@@ -140,6 +149,7 @@ class SessionManager {
 
   DaemonConfig config_;
   store::Store& store_;
+  Tenants tenants_{store_};
   rootfs::TemplateStore templates_;
   std::unique_ptr<runtime::Backend> backend_;
   std::string output_dir_;

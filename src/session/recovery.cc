@@ -2,14 +2,12 @@
 // Its inits died with it (PR_SET_PDEATHSIG), taking their namespaces along; what
 // remains is cgroups and records. Only this state dir's sessions are touched, so
 // several daemons can share a host.
-#include <boost/json.hpp>
 #include <cstdio>
 #include <future>
 
 #include "session/manager.h"
 
 namespace cela::session {
-namespace json = boost::json;
 
 Result<int64_t> SessionManager::recover() {
   std::promise<Result<int64_t>> promise;
@@ -18,10 +16,11 @@ Result<int64_t> SessionManager::recover() {
     auto live = store_.live_sessions();
     if (!live) return promise.set_value(std::unexpected(live.error()));
     for (const store::SessionRecord& s : *live) {
-      json::object cleanup{{"cgroup_removed", true}, {"mounts_removed", true}, {"upper_dir_freed", true}};
+      CleanupReport cleanup;  // processes_killed unknown: they died with the old daemon
+      cleanup.cgroup_removed = cleanup.mounts_removed = cleanup.upper_dir_freed = true;
       if (auto r = backend_->remove_stale(s.id); !r) {
         std::fprintf(stderr, "cela: recover: cgroup of %s: %s\n", s.id.c_str(), r.error().message().c_str());
-        cleanup["cgroup_removed"] = false;
+        cleanup.cgroup_removed = false;
       }
       bool starting = s.state == store::session_state::starting;
       (void)store_.set_terminated(s.id, starting ? "failed" : "terminated", "daemon_restart",

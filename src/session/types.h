@@ -23,11 +23,17 @@ struct Caller {
   bool admin = false;
 };
 
-struct SessionLimits {
-  double cpus = 1;
-  uint64_t memory_mb = 512, disk_mb = 1024, pids = 256;
-  uint64_t ttl_s = 3600, idle_timeout_s = 600, exec_timeout_s = 300;
-};
+// The records the session layer hands out (stored by store/, rendered by api/), and
+// the limits a session runs under.
+using store::CleanupReport;
+using store::ExecRecord;
+using store::IssuedKey;
+using store::KeyRecord;
+using store::NetworkPolicy;
+using store::Quotas;
+using store::SessionLimits;
+using store::SessionRecord;
+using store::TenantRecord;
 
 // POST /v1/sessions, validated against the daemon's maxima by the API.
 struct CreateSessionSpec {

@@ -12,7 +12,6 @@
 
 namespace cela::store {
 
-namespace json = boost::json;
 
 
 bool is_session_state(std::string_view state) {

@@ -6,7 +6,6 @@
 // with milliseconds, "2026-11-29T10:05:00.123Z", which sort as strings.
 #pragma once
 
-#include <boost/json.hpp>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -39,9 +38,12 @@ struct TenantRecord {
 struct KeyRecord {
   std::string id;  // "k-<16 hex>", safe to show and log
   std::string tenant_id;
-  bool admin = false;
+  bool admin = false;  // may manage its own tenant (keys, reading the tenant)
   std::string created_at;
   bool revoked = false;
+  // Acts across tenants: creates tenants, keys for any tenant, reads every tenant.
+  // Implies admin. The bootstrap key is one; local root on the unix socket acts as one.
+  bool host_admin = false;
 };
 
 // What create_key hands back, once: `key` is the only copy of the plaintext.
@@ -66,16 +68,50 @@ inline constexpr std::string_view failed = "failed";
 bool is_session_state(std::string_view state);
 bool is_live_session_state(std::string_view state);
 
+// A session's limits as accepted at create (defaults filled in): API.md "limits".
+struct SessionLimits {
+  double cpus = 1;
+  uint64_t memory_mb = 512, disk_mb = 1024, pids = 256;
+  uint64_t ttl_s = 3600, idle_timeout_s = 600, exec_timeout_s = 300;
+  bool operator==(const SessionLimits&) const = default;
+};
+
+// The session's network policy: "none" (loopback only) for now; the egress issue
+// adds "allowlist" and its rules.
+struct NetworkPolicy {
+  std::string mode = "none";
+  std::vector<std::string> allow;
+  bool operator==(const NetworkPolicy&) const = default;
+};
+
+// What of the accepted create request is kept (never secret values): what recovery
+// needs to re-adopt the session.
+struct KeptSpec {
+  std::string template_name;
+  bool allow_sudo = false;
+  bool operator==(const KeptSpec&) const = default;
+};
+
+// What teardown found and did (the DELETE answer's `cleanup`).
+struct CleanupReport {
+  std::optional<uint64_t> processes_killed;  // unknown after a daemon restart
+  bool cgroup_removed = false;
+  bool mounts_removed = false;
+  bool upper_dir_freed = false;
+  uint64_t secrets_wiped = 0;
+  std::string error;  // "" when clean
+  bool operator==(const CleanupReport&) const = default;
+};
+
 struct SessionRecord {
   std::string id;  // "s-<16 hex>"
   std::string tenant_id;
   std::string state = std::string(session_state::starting);
   std::string template_ref;     // "base@2026.11.29-2"
-  boost::json::object limits;   // API.md limits: cpus, memory_mb, disk_mb, pids, ttl_s, ...
-  boost::json::object network;  // {"mode": "none"} or {"mode": "allowlist", "allow": [...]}
+  SessionLimits limits;
+  NetworkPolicy network;
   std::map<std::string, std::string> metadata;
-  boost::json::object spec;  // the accepted create request, minus secret values:
-                             // what recovery needs to re-adopt the session
+  KeptSpec spec;
   std::string created_at;    // required on insert
   std::string ready_at;
   std::string expires_at;
@@ -88,7 +124,7 @@ struct SessionRecord {
   std::string termination_reason;  // "deleted", "ttl_expired", "idle_timeout", "init_died", ...
   std::string termination_at;
   std::string termination_message;
-  boost::json::value cleanup;  // the DELETE cleanup report; null until cleaned up
+  std::optional<CleanupReport> cleanup;  // unset until cleaned up
 };
 
 
@@ -123,6 +159,7 @@ struct ExecRecord {
   std::optional<int64_t> duration_ms;
   std::optional<int64_t> cpu_ms;
   std::optional<int64_t> peak_memory_bytes;
+  std::optional<int64_t> pids_peak;  // most processes alive at once (where the host counts it)
   int64_t stdout_bytes = 0;
   int64_t stderr_bytes = 0;
   bool output_truncated = false;

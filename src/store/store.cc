@@ -1,5 +1,7 @@
 #include "store/store.h"
 
+#include "store/record_columns.h"
+
 #include <fcntl.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
@@ -114,6 +116,18 @@ CREATE TABLE exec_output (
     R"sql(
 ALTER TABLE execs ADD COLUMN pid INTEGER NOT NULL DEFAULT 0;
 )sql",
+    // 3: the most processes an exec had alive at once.
+    R"sql(
+ALTER TABLE execs ADD COLUMN pids_peak INTEGER;
+)sql",
+    // 4: host admin keys. Only they act across tenants; before this every admin key
+    // did, so the operator's own (the first tenant's admin keys) keep that power and
+    // other tenants' admin keys become tenant admins.
+    R"sql(
+ALTER TABLE api_keys ADD COLUMN host_admin INTEGER NOT NULL DEFAULT 0;
+UPDATE api_keys SET host_admin = 1
+  WHERE admin = 1 AND tenant_id IN (SELECT id FROM tenants WHERE name = 'default');
+)sql",
 };
 constexpr int64_t kSchemaVersion = std::size(kMigrations);
 
@@ -121,7 +135,7 @@ constexpr std::string_view kLiveStates = "('starting', 'ready', 'running', 'paus
 
 constexpr std::string_view kTenantColumns =
     "id, name, max_sessions, max_memory_mb, max_cpus, created_at";
-constexpr std::string_view kKeyColumns = "id, tenant_id, admin, created_at, revoked";
+constexpr std::string_view kKeyColumns = "id, tenant_id, admin, created_at, revoked, host_admin";
 constexpr std::string_view kSessionColumns =
     "id, tenant_id, state, template_ref, limits, network, metadata, spec, created_at, "
     "ready_at, expires_at, last_activity_at, idle_timeout_s, startup_ms, slot, cgroup, "
@@ -129,7 +143,7 @@ constexpr std::string_view kSessionColumns =
 constexpr std::string_view kExecColumns =
     "id, session_id, tenant_id, argv, cmd, cwd, user_name, state, exit_code, signal, reason, "
     "started_at, ended_at, duration_ms, cpu_ms, peak_memory_bytes, stdout_bytes, "
-    "stderr_bytes, output_truncated, partial, pid";
+    "stderr_bytes, output_truncated, partial, pid, pids_peak";
 
 std::string select_from(std::string_view columns, std::string_view rest) {
   std::string sql = "SELECT ";
@@ -157,10 +171,6 @@ Result<std::pair<int64_t, std::string>> decode_cursor(std::string_view cursor) {
   auto [end, ec] = std::from_chars(raw->data(), raw->data() + colon, created_ms);
   if (ec != std::errc() || end != raw->data() + colon) return bad();
   return std::pair{created_ms, raw->substr(colon + 1)};
-}
-
-std::string dump(const json::value& value) {
-  return json::serialize(value);
 }
 
 std::string dump_metadata(const std::map<std::string, std::string>& metadata) {
@@ -213,6 +223,7 @@ KeyRecord read_key(Stmt& stmt) {
   k.admin = r.boolean();
   k.created_at = r.text();
   k.revoked = r.boolean();
+  k.host_admin = r.boolean();
   return k;
 }
 
@@ -224,14 +235,15 @@ Result<SessionRecord> read_session(Stmt& stmt) {
   s.tenant_id = r.text();
   s.state = r.text();
   s.template_ref = r.text();
-  auto limits = parse_object(r.text(), what + " limits");
-  auto network = parse_object(r.text(), what + " network");
+  auto limits = read_limits_column(r.text());
+  auto network = read_network_column(r.text());
   auto metadata = parse_object(r.text(), what + " metadata");
-  auto spec = parse_object(r.text(), what + " spec");
-  for (auto* parsed : {&limits, &network, &metadata, &spec}) {
-    if (!*parsed) return std::unexpected(parsed->error());
-  }
-  s.limits = std::move(*limits);
+  auto spec = read_spec_column(r.text());
+  if (!limits) return std::unexpected(limits.error());
+  if (!network) return std::unexpected(network.error());
+  if (!metadata) return std::unexpected(metadata.error());
+  if (!spec) return std::unexpected(spec.error());
+  s.limits = *limits;
   s.network = std::move(*network);
   for (const auto& [key, value] : *metadata) {
     s.metadata[std::string(key)] =
@@ -250,9 +262,11 @@ Result<SessionRecord> read_session(Stmt& stmt) {
   s.termination_reason = r.text();
   s.termination_at = r.text();
   s.termination_message = r.text();
-  auto cleanup = parse_json(r.text(), what + " cleanup");
-  if (!cleanup) return std::unexpected(cleanup.error());
-  s.cleanup = std::move(*cleanup);
+  if (std::string text = r.text(); !text.empty()) {
+    auto cleanup = read_cleanup_column(text);
+    if (!cleanup) return std::unexpected(cleanup.error());
+    s.cleanup = std::move(*cleanup);
+  }
   return s;
 }
 
@@ -286,6 +300,7 @@ Result<ExecRecord> read_exec(Stmt& stmt) {
   e.output_truncated = r.boolean();
   e.partial = r.boolean();
   e.pid = r.int64();
+  e.pids_peak = r.optional_int64();
   return e;
 }
 
@@ -428,18 +443,18 @@ Result<std::vector<TenantRecord>> Store::list_tenants() {
 
 // ---- API keys ----
 
-Result<IssuedKey> Store::insert_key_locked(std::string_view tenant_id, bool admin) {
+Result<IssuedKey> Store::insert_key_locked(std::string_view tenant_id, bool admin, bool host_admin) {
   IssuedKey issued{new_id("k"), "cela_" + hex_encode(random_bytes(32))};
   auto stmt = db_.prepare(
-      "INSERT INTO api_keys (" + std::string(kKeyColumns) + ", hash) VALUES (?, ?, ?, ?, 0, ?)",
+      "INSERT INTO api_keys (" + std::string(kKeyColumns) + ", hash) VALUES (?, ?, ?, ?, 0, ?, ?)",
       "create key");
   if (!stmt) return std::unexpected(stmt.error());
-  stmt->bind(issued.id, tenant_id, admin, now_rfc3339(), sha256_hex(issued.key));
+  stmt->bind(issued.id, tenant_id, admin || host_admin, now_rfc3339(), host_admin, sha256_hex(issued.key));
   if (auto r = stmt->run(); !r) return std::unexpected(r.error());
   return issued;
 }
 
-Result<IssuedKey> Store::create_key(std::string_view tenant_id, bool admin) {
+Result<IssuedKey> Store::create_key(std::string_view tenant_id, bool admin, bool host_admin) {
   std::lock_guard lock(mu_);
   {
     auto stmt = db_.prepare("SELECT 1 FROM tenants WHERE id = ?", "create key: find tenant");
@@ -449,7 +464,7 @@ Result<IssuedKey> Store::create_key(std::string_view tenant_id, bool admin) {
     if (!row) return std::unexpected(row.error());
     if (!*row) return std::unexpected(not_found("create key: tenant " + std::string(tenant_id)));
   }
-  return insert_key_locked(tenant_id, admin);
+  return insert_key_locked(tenant_id, admin, host_admin);
 }
 
 Result<std::optional<KeyRecord>> Store::authenticate(std::string_view key) {
@@ -486,7 +501,7 @@ Result<std::optional<std::string>> Store::bootstrap(const Quotas& quotas) {
   if (*tenants > 0) return std::optional<std::string>();
   auto tenant = insert_tenant_locked("default", quotas);
   if (!tenant) return std::unexpected(tenant.error());
-  auto key = insert_key_locked(tenant->id, /*admin=*/true);
+  auto key = insert_key_locked(tenant->id, /*admin=*/true, /*host_admin=*/true);
   if (!key) return std::unexpected(key.error());
   if (auto r = tx->commit(); !r) return std::unexpected(r.error());
   return std::optional<std::string>(std::move(key->key));
@@ -534,13 +549,13 @@ Result<void> Store::insert_session(const SessionRecord& s) {
                               "?, ?, ?, ?, ?, ?, ?, ?)",
                           step);
   if (!stmt) return std::unexpected(stmt.error());
-  stmt->bind(s.id, s.tenant_id, s.state, s.template_ref, dump(s.limits), dump(s.network),
-             dump_metadata(s.metadata), dump(s.spec), s.created_at, NullIfEmpty{s.ready_at},
+  stmt->bind(s.id, s.tenant_id, s.state, s.template_ref, limits_column(s.limits), network_column(s.network),
+             dump_metadata(s.metadata), spec_column(s.spec), s.created_at, NullIfEmpty{s.ready_at},
              NullIfEmpty{s.expires_at}, NullIfEmpty{s.last_activity_at}, s.idle_timeout_s,
              s.startup_ms, s.slot, NullIfEmpty{s.cgroup}, s.init_pid,
              NullIfEmpty{s.termination_reason}, NullIfEmpty{s.termination_at},
              NullIfEmpty{s.termination_message},
-             s.cleanup.is_null() ? std::nullopt : std::optional(dump(s.cleanup)), *created_ms);
+             s.cleanup ? std::optional(cleanup_column(*s.cleanup)) : std::nullopt, *created_ms);
   if (auto r = stmt->run(); !r) return r;
   return tx->commit();
 }
@@ -558,12 +573,12 @@ Result<void> Store::update_session(const SessionRecord& s) {
       "termination_at = ?, termination_message = ?, cleanup = ? WHERE id = ?",
       step);
   if (!stmt) return std::unexpected(stmt.error());
-  stmt->bind(s.state, s.template_ref, dump(s.limits), dump(s.network), dump_metadata(s.metadata),
-             dump(s.spec), NullIfEmpty{s.ready_at}, NullIfEmpty{s.expires_at},
+  stmt->bind(s.state, s.template_ref, limits_column(s.limits), network_column(s.network), dump_metadata(s.metadata),
+             spec_column(s.spec), NullIfEmpty{s.ready_at}, NullIfEmpty{s.expires_at},
              NullIfEmpty{s.last_activity_at}, s.idle_timeout_s, s.startup_ms, s.slot,
              NullIfEmpty{s.cgroup}, s.init_pid, NullIfEmpty{s.termination_reason},
              NullIfEmpty{s.termination_at}, NullIfEmpty{s.termination_message},
-             s.cleanup.is_null() ? std::nullopt : std::optional(dump(s.cleanup)), s.id);
+             s.cleanup ? std::optional(cleanup_column(*s.cleanup)) : std::nullopt, s.id);
   if (auto r = stmt->run(); !r) return r;
   if (stmt->changes() == 0) return std::unexpected(not_found("session " + s.id));
   return {};
@@ -599,7 +614,7 @@ Result<bool> Store::set_ready(std::string_view session_id, std::string_view read
 
 Result<bool> Store::set_terminated(std::string_view session_id, std::string_view state,
                                    std::string_view reason, std::string_view message,
-                                   const json::value& cleanup) {
+                                   const std::optional<CleanupReport>& cleanup) {
   const std::string step = "terminate session " + std::string(session_id);
   if (state != session_state::terminated && state != session_state::failed) {
     return fail(ErrorCode::invalid_argument,
@@ -613,17 +628,17 @@ Result<bool> Store::set_terminated(std::string_view session_id, std::string_view
       step);
   if (!stmt) return std::unexpected(stmt.error());
   stmt->bind(state, NullIfEmpty{reason}, NullIfEmpty{message}, now_rfc3339(),
-             cleanup.is_null() ? std::nullopt : std::optional(dump(cleanup)), session_id);
+             cleanup ? std::optional(cleanup_column(*cleanup)) : std::nullopt, session_id);
   if (auto r = stmt->run(); !r) return std::unexpected(r.error());
   return stmt->changes() > 0;
 }
 
-Result<void> Store::set_cleanup(std::string_view session_id, const json::value& cleanup) {
+Result<void> Store::set_cleanup(std::string_view session_id, const CleanupReport& cleanup) {
   std::lock_guard lock(mu_);
   auto stmt = db_.prepare("UPDATE sessions SET cleanup = ? WHERE id = ?",
                           "set cleanup of session " + std::string(session_id));
   if (!stmt) return std::unexpected(stmt.error());
-  stmt->bind(cleanup.is_null() ? std::nullopt : std::optional(dump(cleanup)), session_id);
+  stmt->bind(cleanup_column(cleanup), session_id);
   if (auto r = stmt->run(); !r) return r;
   if (stmt->changes() == 0) return std::unexpected(not_found("session " + std::string(session_id)));
   return {};
@@ -756,13 +771,13 @@ Result<void> Store::insert_exec(const ExecRecord& e) {
   std::lock_guard lock(mu_);
   auto stmt = db_.prepare("INSERT INTO execs (" + std::string(kExecColumns) +
                               ", started_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                              "?, ?, ?, ?, ?, ?, ?)",
+                              "?, ?, ?, ?, ?, ?, ?, ?)",
                           step);
   if (!stmt) return std::unexpected(stmt.error());
   stmt->bind(e.id, e.session_id, e.tenant_id, dump_argv(e.argv), NullIfEmpty{e.cmd}, e.cwd, e.user,
              e.state, e.exit_code, e.signal, NullIfEmpty{e.reason}, e.started_at,
              NullIfEmpty{e.ended_at}, e.duration_ms, e.cpu_ms, e.peak_memory_bytes, e.stdout_bytes,
-             e.stderr_bytes, e.output_truncated, e.partial, e.pid, *started_ms);
+             e.stderr_bytes, e.output_truncated, e.partial, e.pid, e.pids_peak, *started_ms);
   return stmt->run();
 }
 
@@ -778,7 +793,7 @@ Result<bool> Store::finish_exec(const ExecRecord& e) {
   auto stmt = db_.prepare(
       "UPDATE execs SET state = ?, exit_code = ?, signal = ?, reason = ?, ended_at = ?, "
       "duration_ms = coalesce(?, max(0, ? - started_ms)), cpu_ms = ?, peak_memory_bytes = ?, "
-      "stdout_bytes = ?, stderr_bytes = ?, output_truncated = ?, partial = ?, pid = ? "
+      "stdout_bytes = ?, stderr_bytes = ?, output_truncated = ?, partial = ?, pid = ?, pids_peak = ? "
       "WHERE id = ? AND state = 'running'",
       step);
   if (!stmt) return std::unexpected(stmt.error());
@@ -792,7 +807,7 @@ Result<bool> Store::finish_exec(const ExecRecord& e) {
   stmt->bind(e.state, e.exit_code, e.signal, NullIfEmpty{e.reason},
              e.ended_at.empty() ? format_rfc3339(now) : e.ended_at, e.duration_ms, ended_ms,
              e.cpu_ms, e.peak_memory_bytes, e.stdout_bytes, e.stderr_bytes, e.output_truncated,
-             e.partial, e.pid, e.id);
+             e.partial, e.pid, e.pids_peak, e.id);
   if (auto r = stmt->run(); !r) return std::unexpected(r.error());
   return stmt->changes() > 0;
 }

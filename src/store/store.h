@@ -82,14 +82,14 @@ class Store {
 
   // ---- API keys ----
   // A new "cela_<64 hex>" key for an existing tenant; the plaintext is only in the
-  // returned value.
-  Result<IssuedKey> create_key(std::string_view tenant_id, bool admin);
+  // returned value. A host admin key is an admin key too (KeyRecord).
+  Result<IssuedKey> create_key(std::string_view tenant_id, bool admin, bool host_admin = false);
   // The key's record when `key` is a live (not revoked) key, nullopt otherwise.
   // Always hashes the whole input; the lookup is by hash only.
   Result<std::optional<KeyRecord>> authenticate(std::string_view key);
   Result<void> revoke_key(std::string_view key_id);
   // First start: if there is no tenant at all, creates tenant "default" with
-  // `quotas` and an admin key, and returns that key's plaintext (for
+  // `quotas` and a host admin key (the operator's), and returns that key's plaintext (for
   // <state-dir>/dev.key, see write_secret_file). Otherwise nullopt, changing nothing.
   Result<std::optional<std::string>> bootstrap(const Quotas& quotas);
 
@@ -112,9 +112,9 @@ class Store {
   // the session is already final (idempotent DELETE keeps the first record).
   Result<bool> set_terminated(std::string_view session_id, std::string_view state,
                               std::string_view reason, std::string_view message,
-                              const boost::json::value& cleanup);
+                              const std::optional<CleanupReport>& cleanup);
   // Replaces the cleanup report of a session (e.g. once teardown has finished).
-  Result<void> set_cleanup(std::string_view session_id, const boost::json::value& cleanup);
+  Result<void> set_cleanup(std::string_view session_id, const CleanupReport& cleanup);
   Result<void> touch_activity(std::string_view session_id, std::string_view at);
   // Tenant-scoped: another tenant's session is not_found.
   Result<SessionRecord> get_session(std::string_view tenant_id, std::string_view session_id);
@@ -156,7 +156,7 @@ class Store {
  private:
   explicit Store(Db db) : db_(std::move(db)) {}
   Result<void> migrate();
-  Result<IssuedKey> insert_key_locked(std::string_view tenant_id, bool admin);
+  Result<IssuedKey> insert_key_locked(std::string_view tenant_id, bool admin, bool host_admin);
   Result<TenantRecord> insert_tenant_locked(std::string_view name, const Quotas& quotas);
   Result<Usage> live_usage_locked(std::optional<std::string_view> tenant_id);
   Result<std::vector<SessionRecord>> query_sessions(Stmt& stmt);

@@ -3,6 +3,7 @@ HTTP client for it: unix socket (local root) or TCP with a key."""
 import http.client
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -35,12 +36,13 @@ def free_port():
 
 
 class Daemon:
-    def __init__(self, config=None):
+    def __init__(self, config=None, nofile=None):
         self.dir = tempfile.mkdtemp(prefix="cela-test-")
         self.state = os.path.join(self.dir, "state")
         self.socket = os.path.join(self.dir, "cela.sock")
         self.port = free_port()
         self.config = config
+        self.nofile = nofile  # (soft, hard) RLIMIT_NOFILE the daemon starts with
         self.proc = None
         self.log = open(os.path.join(self.dir, "daemon.log"), "w+")
 
@@ -52,7 +54,10 @@ class Daemon:
             with open(path, "w") as f:
                 json.dump(self.config, f)
             args += ["--config", path]
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        limit = self.nofile
+        preexec = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, limit)) if limit else None
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     preexec_fn=preexec)
         ownership.register_process(self.proc.pid)
         ownership.register_state_dir(self.state)
         end = time.monotonic() + 15

@@ -5,6 +5,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import sandbox_pids, wait_until
+from conftest import CELA, sandbox_pids, wait_until
 from daemon_util import Daemon
 
 LIMITS = {"memory_mb": 256}
@@ -194,15 +195,25 @@ def test_kill_9_under_create_load_leaves_no_holder_and_recovers_fast(tmp_path):
                 except OSError:
                     return
 
+        # A session with a running exec: the restart must account for it too.
+        sid = d.session(limits=LIMITS)
+        status, running, _ = d.request("POST", f"/v1/sessions/{sid}/execs", {"cmd": "sleep 60"})
+        assert status == 202, running
+        db = os.path.join(d.state, "cela.db")
         threads = [threading.Thread(target=creator) for _ in range(6)]
         for t in threads:
             t.start()
-        time.sleep(1.0)
+        # While the daemon lives, only the daemon itself holds its database and its
+        # listening socket: no init (before or after its execve) nor exec inherited them.
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            holders = holders_of([db, db + "-wal"]) | listening_socket_holders(d.port)
+            assert holders <= {d.proc.pid}, (holders, d.proc.pid)
+            time.sleep(0.05)
         d.stop(signal.SIGKILL)
         stop.set()
         for t in threads:
             t.join(10)
-        db = os.path.join(d.state, "cela.db")
         # Nothing the daemon started keeps its database or its listening socket open,
         # and its sessions (half-started ones too) die with it.
         assert wait_until(lambda: not holders_of([db, db + "-wal"]), 5), holders_of([db, db + "-wal"])
@@ -216,7 +227,12 @@ def test_kill_9_under_create_load_leaves_no_holder_and_recovers_fast(tmp_path):
         assert page["sessions"], "the load created no session"
         assert all(s["state"] in ("terminated", "failed") for s in page["sessions"]), page
         assert all(s["termination"]["reason"] == "daemon_restart" for s in page["sessions"])
-        assert elapsed < 2.0, elapsed  # start + recovery + first answer
+        assert elapsed < 2.0, elapsed  # process start + recovery + first answer
+        # Recovery itself (every session and exec accounted for) takes under a second.
+        m = re.search(r"closed (\d+) session\(s\) left by the previous daemon .* in (\d+) ms", d.logs())
+        assert m and int(m.group(1)) == len(page["sessions"]) and int(m.group(2)) < 1000, d.logs()[-2000:]
+        rec = d.request("GET", f"/v1/sessions/{sid}/execs/{running['id']}")[1]
+        assert rec["state"] != "running" and rec["ended_at"], rec
     finally:
         d.close()
 
@@ -402,7 +418,7 @@ def test_output_retention_deletes_records_and_files(tmp_path):
 # ---- 7. sudo and identity as `cela run` ----------------------------------------------
 
 def base_available():
-    return subprocess.run([os.environ.get("CELA_BIN", "cela"), "template", "show", "base"],
+    return subprocess.run([CELA, "template", "show", "base"],
                           capture_output=True).returncode == 0
 
 
@@ -432,6 +448,15 @@ def test_exec_record_carries_its_pid_inside_the_sandbox(daemon):
     # The shell's own pid ($$) is the exec's main process, as the sandbox numbers it.
     assert rec["pid"] == int(out["stdout"].strip()) and rec["pid"] > 1, (rec, out)
     assert daemon.request("GET", f"/v1/sessions/{sid}/execs/{e['id']}")[1]["pid"] == rec["pid"]
+
+
+def test_exec_record_carries_its_pids_peak(daemon):
+    sid = daemon.session(limits=LIMITS)
+    # The shell, five sleepers at once, and the wait: at least 6 alive together.
+    rec = daemon.run(sid, "for i in 1 2 3 4 5; do sleep 0.3 & done; wait")
+    assert rec["pids_peak"] is not None and rec["pids_peak"] >= 6, rec
+    one = daemon.run(sid, "exec /bin/true")
+    assert one["pids_peak"] == 1, one
 
 
 def test_exec_ended_by_init_death_says_so(daemon):

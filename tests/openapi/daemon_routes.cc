@@ -27,7 +27,7 @@ Result<std::unique_ptr<DaemonRoutes>> DaemonRoutes::open() {
   server_config.blocking_threads = 1;
   d->server_ = std::make_unique<api::HttpServer>(server_config);
   d->context_ = std::make_unique<api::RouteContext>(
-      api::RouteContext{*d->server_, *d->sessions_, *d->store_, ""});
+      api::RouteContext{*d->server_, *d->sessions_, ""});
   d->server_->set_authenticator(api::make_authenticator(*d->context_));
   api::add_api_routes(*d->context_);
   return d;

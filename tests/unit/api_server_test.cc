@@ -3,8 +3,10 @@
 // parsed by Beast's response parser (so chunked bodies and SSE streams can be read
 // incrementally, with timeouts).
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -63,6 +65,19 @@ class TestClient {
   static TestClient tcp(std::uint16_t port, int rcvbuf = 0) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    return connected(fd, port);
+  }
+  // From a chosen loopback source address (127.0.0.0/8 is all local): another peer.
+  static TestClient tcp_from(std::uint16_t port, const char* source) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    inet_pton(AF_INET, source, &local.sin_addr);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local), 0) << strerror(errno);
+    return connected(fd, port);
+  }
+  // Connects the TCP socket `fd` to the server on 127.0.0.1:port.
+  static TestClient connected(int fd, std::uint16_t port) {
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(port);
@@ -125,18 +140,24 @@ class TestClient {
 
   // True when the server closes the connection (EOF or reset) within `timeout`;
   // whatever it still sends first is dropped.
-  bool wait_closed(std::chrono::milliseconds timeout) {
+  bool wait_closed(std::chrono::milliseconds timeout) { return read_until_closed(timeout).has_value(); }
+
+  // Everything the server still sends until it closes (nullopt if it does not within
+  // `timeout`), including bytes already received past the last response read.
+  std::optional<std::string> read_until_closed(std::chrono::milliseconds timeout) {
+    std::string rest = std::exchange(pending_, {});
     auto deadline = Clock::now() + timeout;
     char buf[65536];
     while (Clock::now() < deadline) {
       int ms = static_cast<int>(
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
       pollfd p{fd_, POLLIN, 0};
-      if (poll(&p, 1, ms) <= 0) return false;
+      if (poll(&p, 1, ms) <= 0) return std::nullopt;
       ssize_t n = recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) return true;
+      if (n <= 0) return rest;
+      rest.append(buf, static_cast<size_t>(n));
     }
-    return false;
+    return std::nullopt;
   }
 
   int fd() const { return fd_; }
@@ -422,6 +443,27 @@ TEST_F(ApiServer, ChunkedRequestBodyIsReassembled) {
   EXPECT_EQ(r->json_body().at("body"), (json::object{{"a", 12}, {"b", 3}}));
 }
 
+// A coding other than a sole `chunked` would leave Beast reading "no body" (identity) and
+// the bytes after the header as a second request: 400, and the connection closes unread.
+TEST_F(ApiServer, AmbiguousFramingIs400AndTheRestIsNeverParsed) {
+  start([](Router& router, HttpServer&) { add_echo(router); });
+  for (const char* coding : {"identity", "chunked, identity", "gzip, chunked"}) {
+    TestClient c = client();
+    c.send(std::string("POST /v1/echo HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer test-key-1\r\n") +
+           "Transfer-Encoding: " + coding + "\r\n\r\n0\r\n\r\n" +
+           "POST /v1/echo HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer test-key-1\r\n"
+           "Content-Length: 2\r\n\r\n{}");
+    auto r = c.read_response();
+    ASSERT_TRUE(r) << coding;
+    EXPECT_EQ(r->status, 400) << coding;
+    EXPECT_EQ(r->error().at("code").as_string(), "invalid_request");
+    EXPECT_EQ(r->header("Connection"), "close");
+    auto rest = c.read_until_closed(3s);
+    ASSERT_TRUE(rest) << coding;
+    EXPECT_EQ(*rest, "") << coding;  // no answer to the smuggled request
+  }
+}
+
 TEST_F(ApiServer, ExpectContinueIsAnsweredOnlyForAcceptableUploads) {
   config_.body_limit = 1024;
   start([](Router& router, HttpServer&) { add_echo(router); });
@@ -540,7 +582,7 @@ TEST_F(ApiServer, SlowBodyIsAnswered408) {
 }
 
 TEST_F(ApiServer, MaxConnectionsAnswers503CapacityExceeded) {
-  config_.max_connections = 2;
+  config_.slots = {.total = 3, .root_reserve = 1, .per_peer = 3, .per_key = 3};  // 2 for TCP
   start([](Router& router, HttpServer&) { add_echo(router); });
   std::vector<TestClient> held;
   for (int i = 0; i < 2; ++i) {
@@ -566,6 +608,140 @@ TEST_F(ApiServer, MaxConnectionsAnswers503CapacityExceeded) {
   auto again = call("POST", "/v1/echo", "{}");
   ASSERT_TRUE(again);
   EXPECT_EQ(again->status, 200);
+}
+
+TEST_F(ApiServer, OnePeerCannotLockAnotherOut) {
+  config_.slots = {.total = 64, .root_reserve = 4, .per_peer = 8, .per_key = 64};
+  start([](Router& router, HttpServer&) { add_echo(router); });
+  // 8 idle connections from 127.0.0.1 take its share; more from it are answered 429.
+  std::vector<TestClient> idle;
+  for (int i = 0; i < 8; ++i) idle.push_back(TestClient::tcp_from(port_, "127.0.0.1"));
+  auto deadline = Clock::now() + 3s;
+  while (server_->open_connections() < 8 && Clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(server_->open_connections(), 8u);
+  TestClient over = TestClient::tcp_from(port_, "127.0.0.1");
+  over.send(request_text("POST", "/v1/echo", "{}"));
+  auto refused = over.read_response();
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 429);
+  EXPECT_EQ(refused->header("Retry-After"), "1");
+  EXPECT_EQ(refused->error().at("code").as_string(), "rate_limited");
+  EXPECT_EQ(refused->error().at("retryable").as_bool(), true);
+  EXPECT_TRUE(over.wait_closed(3s));
+
+  // Another address is served at once.
+  auto started = Clock::now();
+  TestClient other = TestClient::tcp_from(port_, "127.0.0.2");
+  other.send(request_text("POST", "/v1/echo", "{}"));
+  auto served = other.read_response();
+  ASSERT_TRUE(served);
+  EXPECT_EQ(served->status, 200);
+  EXPECT_LT(Clock::now() - started, 500ms);
+}
+
+TEST_F(ApiServer, RefusalsPastTheLingeringBoundAreStillAnswered) {
+  config_.slots = {.total = 512, .root_reserve = 4, .per_peer = 1, .per_key = 64};
+  start([](Router& router, HttpServer&) { add_echo(router); });
+  TestClient first = TestClient::tcp_from(port_, "127.0.0.3");
+  auto deadline = Clock::now() + 3s;
+  while (server_->open_connections() < 1 && Clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  // Refused clients that stay connected keep their refusal lingering; past kMaxRejecting
+  // of them the answer is written at once. Every one gets the JSON error.
+  std::vector<TestClient> refused;
+  for (std::size_t i = 0; i < kMaxRejecting + 40; ++i) {
+    refused.push_back(TestClient::tcp_from(port_, "127.0.0.3"));
+    refused.back().send(request_text("POST", "/v1/echo", "{}"));
+  }
+  for (std::size_t i = 0; i < refused.size(); ++i) {
+    auto r = refused[i].read_response(3s);
+    ASSERT_TRUE(r) << i;
+    EXPECT_EQ(r->status, 429) << i;
+    EXPECT_EQ(r->error().at("code").as_string(), "rate_limited") << i;
+  }
+}
+
+TEST_F(ApiServer, LocalRootHasItsReserveWhenTcpIsFull) {
+  config_.slots = {.total = 6, .root_reserve = 2, .per_peer = 6, .per_key = 6};
+  start([](Router& router, HttpServer&) {
+    add_echo(router);
+    router.add(http::verb::get, "/v1/whoami", {}, [](Request& req, Responder& res) {
+      res.json(200, json::object{{"admin", req.principal->admin}});
+    });
+  });
+  std::vector<TestClient> held;
+  for (int i = 0; i < 4; ++i) held.push_back(client());
+  auto deadline = Clock::now() + 3s;
+  while (server_->open_connections() < 4 && Clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  auto full = call("POST", "/v1/echo", "{}");
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->status, 503);
+  EXPECT_EQ(full->error().at("code").as_string(), "capacity_exceeded");
+  if (getuid() != 0) GTEST_SKIP() << "the reserve is for uid 0";
+  for (int i = 0; i < 2; ++i) {
+    TestClient local = TestClient::unix_socket(config_.unix_socket_path);
+    local.send(request_text("GET", "/v1/whoami", {}, {}, false));
+    auto r = local.read_response();
+    ASSERT_TRUE(r) << i;
+    EXPECT_EQ(r->status, 200) << i;
+    held.push_back(std::move(local));  // kept open: both reserve slots are in use
+  }
+}
+
+TEST_F(ApiServer, AtTheDescriptorLimitClientsGet503AndAcceptResumes) {
+  start([](Router& router, HttpServer&) { add_echo(router); });
+  // The client sockets exist before the limit drops: connect() needs no new descriptor,
+  // the server's accept() does.
+  std::vector<int> sockets;
+  for (int i = 0; i < 3; ++i) sockets.push_back(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  int lowest_free = dup(0);
+  ASSERT_GE(lowest_free, 0);
+  ::close(lowest_free);
+  rlimit low{static_cast<rlim_t>(lowest_free), saved.rlim_max};
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<TestClient> clients;
+  for (int fd : sockets) {
+    clients.push_back(TestClient::connected(fd, port_));
+    clients.back().send(request_text("POST", "/v1/echo", "{}"));
+  }
+  std::vector<std::optional<HttpResponse>> answers;
+  for (auto& c : clients) answers.push_back(c.read_response(3s));
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  for (auto& r : answers) {
+    ASSERT_TRUE(r);  // answered, not left waiting in the backlog
+    EXPECT_EQ(r->status, 503);
+    EXPECT_EQ(r->error().at("code").as_string(), "capacity_exceeded");
+    EXPECT_NE(r->error().at("message").as_string().find("file descriptors"), std::string::npos);
+  }
+  // Descriptors are back: accepting resumes by itself, and the episode was logged once.
+  std::optional<HttpResponse> again;
+  auto deadline = Clock::now() + 3s;
+  while (Clock::now() < deadline) {
+    again = call("POST", "/v1/echo", "{}");
+    if (again && again->status == 200) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 200);
+  // The unix listener may have met the limit too (accept() takes its descriptor before
+  // it looks for a connection); a connection there ends its episode.
+  TestClient local = TestClient::unix_socket(config_.unix_socket_path);
+  local.send(request_text("POST", "/v1/echo", "{}"));
+  ASSERT_TRUE(local.read_response());
+  std::string text = log();
+  auto count = [&](std::string_view needle) {
+    std::size_t n = 0;
+    for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
+  };
+  std::string tcp = "accept on 127.0.0.1:" + std::to_string(port_) + ": ";
+  EXPECT_EQ(count(tcp + "Too many open files; answering 503 and retrying"), 1u) << text;
+  EXPECT_EQ(count(tcp + "accepting again (3 connection(s) answered 503"), 1u) << text;
+  EXPECT_EQ(count("accepting again"), count("answering 503 and retrying")) << text;
 }
 
 // ---- failures inside handlers
@@ -699,6 +875,61 @@ struct StreamSlot {
   std::promise<std::string> last_event_id;
 };
 
+TEST_F(ApiServer, RequestsInFlightArePerKeyAndStreamsCount) {
+  config_.slots = {.total = 64, .root_reserve = 4, .per_peer = 64, .per_key = 2};
+  auto slot = std::make_shared<StreamSlot>();
+  auto parked = std::make_shared<std::promise<std::shared_ptr<Responder>>>();
+  start([slot, parked](Router& router, HttpServer&) {
+    add_echo(router);
+    router.add(http::verb::get, "/v1/events", {},
+               [slot](Request&, Responder& res) { slot->stream.set_value(res.start_sse()); });
+    router.add(http::verb::post, "/v1/park", {}, [parked](Request&, Responder& res) {
+      parked->set_value(res.shared_from_this());  // answered later by the test
+    });
+  });
+  // One open stream and one request waiting for its answer: the key's two slots.
+  TestClient sse = client();
+  sse.send(request_text("GET", "/v1/events"));
+  ASSERT_TRUE(sse.read_header());
+  auto stream = slot->stream.get_future().get();
+  TestClient waiting = client();
+  waiting.send(request_text("POST", "/v1/park"));
+  auto responder = parked->get_future().get();
+
+  TestClient over = client();
+  over.send(request_text("POST", "/v1/echo", "{}"));
+  auto third = over.read_response();
+  ASSERT_TRUE(third);
+  EXPECT_EQ(third->status, 429);
+  EXPECT_EQ(third->error().at("code").as_string(), "rate_limited");
+  EXPECT_EQ(third->header("Retry-After"), "1");
+  EXPECT_TRUE(over.wait_closed(3s));  // and its connection is given back
+  // Idle connections of the key hold no slot; a request without the key is not counted.
+  auto unkeyed = call("POST", "/v1/echo", "{}", {}, false);
+  ASSERT_TRUE(unkeyed);
+  EXPECT_EQ(unkeyed->status, 401);
+
+  // The parked answer frees one slot, the stream's end the other.
+  responder->json(200, json::object{});
+  responder.reset();
+  ASSERT_TRUE(waiting.read_response());
+  auto after_answer = call("POST", "/v1/echo", "{}");
+  ASSERT_TRUE(after_answer);
+  EXPECT_EQ(after_answer->status, 200);
+  stream->close();
+  stream.reset();
+  ASSERT_TRUE(sse.wait_closed(3s));
+  // Both slots free again: two requests in flight at once on keep-alive connections.
+  TestClient a = client();
+  TestClient b = client();
+  for (TestClient* c : {&a, &b}) {
+    c->send(request_text("POST", "/v1/echo", "{}"));
+    auto r = c->read_response();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+  }
+}
+
 TEST_F(ApiServer, SseEventsArriveIncrementallyWithIds) {
   auto slot = std::make_shared<StreamSlot>();
   start([slot](Router& router, HttpServer&) {
@@ -807,13 +1038,19 @@ TEST_F(ApiServer, SseClientThatReadsIsNotCutOff) {
   ASSERT_TRUE(c.read_header());
   auto stream = slot->stream.get_future().get();
 
-  // Far more than the buffer limit goes through, because the client keeps up.
+  // Far more than the buffer limit goes through, because the client keeps up. The
+  // producer waits for the queue to drain every few events (as a replay does), so a
+  // loaded host that deschedules the client for a while cannot make this flaky.
   constexpr int kEvents = 256;
   const std::string event(16 * 1024, 'x');
   std::thread producer([&] {
     for (int i = 0; i < kEvents; ++i) {
       if (!stream->send("stdout", std::to_string(i), event)) return;
-      std::this_thread::sleep_for(1ms);
+      if (i % 4 == 3) {
+        auto drained = std::make_shared<std::promise<void>>();
+        stream->on_drained(64 * 1024, [drained] { drained->set_value(); });
+        if (drained->get_future().wait_for(10s) != std::future_status::ready) return;
+      }
     }
     stream->close();
   });
@@ -920,6 +1157,36 @@ TEST(ApiRequest, TargetDecodingRejectsBadEscapes) {
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().code, "invalid_request");
   EXPECT_FALSE(parse_target("http://example.com/x"));
+}
+
+// Request smuggling: only one Content-Length or a sole `chunked` on HTTP/1.1 frames a body.
+TEST(ApiRequest, FramingAcceptsOnlyOneLengthOrASoleChunked) {
+  auto fields = [](std::initializer_list<std::pair<const char*, const char*>> list) {
+    http::fields f;
+    for (auto [name, value] : list) f.insert(name, value);
+    return f;
+  };
+  EXPECT_TRUE(check_framing(fields({}), 11));
+  EXPECT_TRUE(check_framing(fields({{"Content-Length", "12"}}), 11));
+  EXPECT_TRUE(check_framing(fields({{"Content-Length", "12"}}), 10));
+  EXPECT_TRUE(check_framing(fields({{"Transfer-Encoding", "chunked"}}), 11));
+  EXPECT_TRUE(check_framing(fields({{"Transfer-Encoding", "Chunked"}}), 11));
+  EXPECT_TRUE(check_framing(fields({{"Transfer-Encoding", " chunked\t"}}), 11));
+  for (const char* coding : {"identity", "gzip", "chunked, identity", "gzip, chunked", "chunked, chunked",
+                             "x-unknown", "", "chunked;q=1", "\vchunked"}) {
+    auto r = check_framing(fields({{"Transfer-Encoding", coding}}), 11);
+    ASSERT_FALSE(r) << coding;
+    EXPECT_EQ(r.error().code, "invalid_request");
+    EXPECT_EQ(r.error().status, 400);
+  }
+  EXPECT_FALSE(check_framing(fields({{"Transfer-Encoding", "chunked"}}), 10));
+  EXPECT_FALSE(check_framing(fields({{"Transfer-Encoding", "gzip"}, {"Transfer-Encoding", "chunked"}}), 11));
+  EXPECT_FALSE(check_framing(fields({{"Transfer-Encoding", "chunked"}, {"Transfer-Encoding", "chunked"}}), 11));
+  EXPECT_FALSE(check_framing(fields({{"Transfer-Encoding", "chunked"}, {"Content-Length", "3"}}), 11));
+  EXPECT_FALSE(check_framing(fields({{"Content-Length", "3"}, {"Content-Length", "3"}}), 11));
+  EXPECT_FALSE(check_framing(fields({{"Content-Length", "3"}, {"Content-Length", "4"}}), 11));
+  EXPECT_FALSE(check_framing(fields({{"Content-Length", "3, 3"}}), 11));
+  EXPECT_FALSE(check_framing(fields({{"Content-Length", "+3"}}), 11));
 }
 
 TEST(JsonFields, TypedFieldsNameTheOffendingField) {

@@ -1,6 +1,6 @@
 // Capabilities: the kept list, and what drop_bounding_set / set_capabilities leave
 // in /proc/self/status. The kernel-facing tests run in forked children as root.
-#include "jail/caps.h"
+#include "agent/caps.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -18,7 +18,7 @@
 #include <functional>
 #include <set>
 
-namespace cela::jail {
+namespace cela::agent {
 namespace {
 
 uint64_t mask_of(std::initializer_list<int> caps) {
@@ -159,7 +159,7 @@ TEST(CapsTest, SetCapabilitiesKeepsExactlyTheGivenSet) {
   EXPECT_EQ(r.after.inh, 0u);
 }
 
-// The allow_sudo path of jail/init.cc: bounding set dropped first, then
+// The allow_sudo path of agent/spawn.cc: bounding set dropped first, then
 // CAP_SYS_ADMIN kept only so seccomp can be installed without no_new_privs.
 TEST(CapsTest, SetCapabilitiesAcceptsAPermittedCapOutsideTheBoundingSet) {
   if (!have_full_root()) GTEST_SKIP() << "needs root";
@@ -193,4 +193,4 @@ TEST(CapsTest, SetCapabilitiesRejectsNumbersOutsideTheMask) {
 }
 
 }  // namespace
-}  // namespace cela::jail
+}  // namespace cela::agent

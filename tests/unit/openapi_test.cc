@@ -243,6 +243,9 @@ TEST_F(OpenApi, ErrorsUseTheErrorSchemaWithTheirStatus) {
   EXPECT_NE(std::string(responses.at("404").at("description").as_string()).find("not_found"),
             std::string::npos);
   EXPECT_TRUE(responses.at("503").at("headers").as_object().contains("Retry-After"));
+  // Every route may answer 429: connections per client, requests in flight per key.
+  EXPECT_TRUE(responses.at("429").at("headers").as_object().contains("Retry-After"));
+  EXPECT_TRUE(op("get", "/healthz").at("responses").as_object().contains("429"));
   // Public routes need no key, so they never answer 401.
   EXPECT_FALSE(op("get", "/healthz").at("responses").as_object().contains("401"));
   EXPECT_EQ(op("get", "/healthz").at("security"), json::array{});
@@ -294,10 +297,10 @@ TEST_F(OpenApi, ContentTypesAndQueryParametersAreTheOnesHandlersUse) {
   EXPECT_EQ(params("post", "/v1/sessions/{id}/execs/{eid}/stdin"),
             (std::set<std::string>{"id", "eid", "close"}));
   EXPECT_EQ(params("put", "/v1/sessions/{id}/files"),
-            (std::set<std::string>{"id", "path", "mode", "parents"}));
+            (std::set<std::string>{"id", "path", "path_b64", "mode", "parents"}));
   EXPECT_EQ(params("delete", "/v1/sessions/{id}/files"),
-            (std::set<std::string>{"id", "path", "recursive"}));
-  EXPECT_EQ(params("get", "/v1/sessions/{id}/fs"), (std::set<std::string>{"id", "path", "depth"}));
+            (std::set<std::string>{"id", "path", "path_b64", "recursive"}));
+  EXPECT_EQ(params("get", "/v1/sessions/{id}/fs"), (std::set<std::string>{"id", "path", "path_b64", "depth"}));
 
   const json::object& output =
       op("get", "/v1/sessions/{id}/execs/{eid}/output").at("responses").at("200").as_object();
@@ -380,9 +383,8 @@ store::SessionRecord session_record() {
   s.tenant_id = "t-0123456789abcdef";
   s.state = "ready";
   s.template_ref = "base@2026.11.29-2";
-  s.limits = {{"cpus", 1.0},   {"memory_mb", 512},      {"disk_mb", 1024},      {"pids", 256},
-              {"ttl_s", 3600}, {"idle_timeout_s", 600}, {"exec_timeout_s", 300}};
-  s.network = {{"mode", "none"}};
+  s.limits = store::SessionLimits{};
+  s.network = store::NetworkPolicy{};
   s.metadata = {{"user", "u-17"}};
   s.created_at = "2026-11-29T10:05:00.123Z";
   s.ready_at = "2026-11-29T10:05:00.223Z";
@@ -408,11 +410,10 @@ TEST(OpenApiSchemas, SessionsAsRendered) {
   ended.termination_reason = "deleted";
   ended.termination_at = "2026-11-29T10:06:00.000Z";
   ended.termination_message = "deleted through the API";
-  ended.cleanup = json::object{{"processes_killed", 2},
-                               {"cgroup_removed", true},
-                               {"mounts_removed", true},
-                               {"upper_dir_freed", true},
-                               {"secrets_wiped", 0}};
+  store::CleanupReport cleanup;
+  cleanup.processes_killed = 2;
+  cleanup.cgroup_removed = cleanup.mounts_removed = cleanup.upper_dir_freed = true;
+  ended.cleanup = cleanup;
   EXPECT_EQ(check_component(api::render(ended), "DeletedSession"), std::vector<std::string>{});
   json::object list{{"sessions", json::array{api::render(live), api::render(ended)}},
                     {"next_cursor", nullptr}};

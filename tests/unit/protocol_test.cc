@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -92,4 +93,39 @@ TEST(Protocol, MessageTypesAndStepsAreTypedOnBothEnds) {
   ASSERT_TRUE(msg.has_value());
   EXPECT_EQ(msg->type(), MessageType::exited);
   EXPECT_EQ(msg->body.at("id").to_number<int>(), 7);
+}
+
+TEST(Protocol, DescriptorsTheReceiverHasNoRoomForAreReported) {
+  Pair p;
+  int pipefd[2];
+  ASSERT_EQ(::pipe(pipefd), 0);
+  auto started = message(MessageType::started, {{"id", 3}, {"pid", 9}});
+  for (int i = 0; i < 2; ++i)
+    ASSERT_TRUE(send_message(p.a.get(), started, {pipefd[0], pipefd[1], pipefd[1]}).has_value());
+  ::close(pipefd[0]);
+  ::close(pipefd[1]);
+  // Room for one more descriptor only, as for a daemon at its RLIMIT_NOFILE.
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  int lowest_free = ::dup(0);
+  ASSERT_GE(lowest_free, 0);
+  ::close(lowest_free);
+  rlimit low{static_cast<rlim_t>(lowest_free + 1), saved.rlim_max};
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  auto strict = recv_message(p.b.get());
+  auto kept = recv_message(p.b.get(), true);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_FALSE(strict.has_value());
+  EXPECT_EQ(strict.error().code, ErrorCode::limit);
+  ASSERT_TRUE(kept.has_value()) << kept.error().message();
+  EXPECT_TRUE(kept->fds_truncated);
+  EXPECT_EQ(kept->fds.size(), 1u);
+  EXPECT_EQ(kept->type(), MessageType::started);
+  EXPECT_EQ(kept->body.at("id").to_number<int>(), 3);
+  // With room, nothing is truncated.
+  ASSERT_TRUE(send_message(p.a.get(), started, {0, 1, 2}).has_value());
+  auto whole = recv_message(p.b.get(), true);
+  ASSERT_TRUE(whole.has_value());
+  EXPECT_FALSE(whole->fds_truncated);
+  EXPECT_EQ(whole->fds.size(), 3u);
 }

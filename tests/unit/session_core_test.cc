@@ -204,7 +204,8 @@ TEST(Admission, TenantQuotasCountLiveSessions) {
       r.tenant_id = tenant->id;
       r.state = state;
       r.template_ref = "host@1";
-      r.limits = {{"memory_mb", memory_mb}, {"cpus", 1}};
+      r.limits.memory_mb = memory_mb;
+      r.limits.cpus = 1;
       r.created_at = store::now_rfc3339();
       ASSERT_TRUE((*store)->insert_session(r));
     };

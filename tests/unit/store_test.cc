@@ -73,8 +73,8 @@ class StoreTest : public ::testing::Test {
     s.tenant_id = tenant;
     s.state = std::move(state);
     s.template_ref = "base@2026.11.29-2";
-    s.limits = json::parse(R"({"cpus": 1.0, "memory_mb": 512, "ttl_s": 3600})").as_object();
-    s.network = json::parse(R"({"mode": "none"})").as_object();
+    s.limits = SessionLimits{.cpus = 1.0, .memory_mb = 512, .ttl_s = 3600};
+    s.network = NetworkPolicy{};
     s.created_at = format_rfc3339(created_ms);
     return s;
   }
@@ -110,7 +110,7 @@ class StoreTest : public ::testing::Test {
 TEST_F(StoreTest, OpenCreatesSchemaWithMode0600) {
   auto version = store_->schema_version();
   ASSERT_TRUE(version);
-  EXPECT_EQ(*version, 2);
+  EXPECT_EQ(*version, 4);
   EXPECT_EQ(mode_of(db_path_), 0600u);
   ASSERT_TRUE(std::filesystem::exists(db_path_ + "-wal"));  // WAL is on
   EXPECT_EQ(mode_of(db_path_ + "-wal"), 0600u);
@@ -152,7 +152,7 @@ TEST_F(StoreTest, ReopenKeepsDataAndMigrationIsIdempotent) {
   for (int round = 0; round < 2; ++round) {
     auto reopened = Store::open(db_path_);
     ASSERT_TRUE(reopened) << reopened.error().message();
-    EXPECT_EQ(*(*reopened)->schema_version(), 2);
+    EXPECT_EQ(*(*reopened)->schema_version(), 4);
     auto tenants = (*reopened)->list_tenants();
     ASSERT_TRUE(tenants);
     ASSERT_EQ(tenants->size(), 2u);
@@ -256,6 +256,51 @@ TEST_F(StoreBootstrapTest, CreatesOneDefaultTenantAndAdminKeyOnce) {
   EXPECT_TRUE((*(*reopened)->authenticate(key)).has_value());
 }
 
+// Only host admin keys act across tenants: the bootstrap key is one, other admin keys
+// are not unless asked for, and a host admin key is an admin key.
+TEST_F(StoreBootstrapTest, HostAdminKeysAreMarkedAndOnlyWhenAsked) {
+  const std::string boot = **store_->bootstrap(Quotas{});
+  auto other = store_->create_tenant("other", Quotas{});
+  ASSERT_TRUE(other);
+  auto tenant_admin = store_->create_key(other->id, true);
+  auto host_admin = store_->create_key(other->id, false, true);
+  ASSERT_TRUE(tenant_admin && host_admin);
+  auto role = [&](const std::string& key) {
+    auto r = **store_->authenticate(key);
+    return std::pair{r.admin, r.host_admin};
+  };
+  EXPECT_EQ(role(boot), std::pair(true, true));
+  EXPECT_EQ(role(tenant_admin->key), std::pair(true, false));
+  EXPECT_EQ(role(host_admin->key), std::pair(true, true));
+}
+
+// Migration 4: before it every admin key acted across tenants; after it only the
+// default tenant's (the operator's) do.
+TEST_F(StoreBootstrapTest, MigrationKeepsOnlyTheDefaultTenantsAdminKeysHostWide) {
+  const std::string boot = **store_->bootstrap(Quotas{});
+  auto other = store_->create_tenant("other", Quotas{});
+  ASSERT_TRUE(other);
+  const std::string other_admin = store_->create_key(other->id, true, true)->key;
+  const std::string default_user = store_->create_key((*store_->list_tenants())[0].id, false)->key;
+  store_.reset();
+  // Back to schema 3: the column did not exist.
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db_path_.c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE api_keys DROP COLUMN host_admin; PRAGMA user_version = 3", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK)
+      << sqlite3_errmsg(raw);
+  sqlite3_close(raw);
+  auto reopened = Store::open(db_path_);
+  ASSERT_TRUE(reopened) << reopened.error().message();
+  EXPECT_EQ(*(*reopened)->schema_version(), 4);
+  auto host = [&](const std::string& key) { return (**(*reopened)->authenticate(key)).host_admin; };
+  EXPECT_TRUE(host(boot));
+  EXPECT_FALSE(host(other_admin));
+  EXPECT_FALSE(host(default_user));
+  EXPECT_TRUE((**(*reopened)->authenticate(other_admin)).admin);
+}
+
 TEST_F(StoreBootstrapTest, WrongKeysDoNotAuthenticate) {
   const std::string key = **store_->bootstrap(Quotas{});
   std::vector<std::string> wrong = {"",
@@ -341,7 +386,8 @@ TEST_F(StoreBootstrapTest, WriteSecretFile) {
 TEST_F(StoreTest, SessionRoundTripsEveryField) {
   SessionRecord s = session(alpha_);
   s.metadata = {{"user", "u-17"}, {"odd key.\"x\"", "v"}};
-  s.spec = json::parse(R"({"template": "base", "pool": true})").as_object();
+  s.spec = KeptSpec{.template_name = "base", .allow_sudo = true};
+  s.limits.exec_timeout_s = 77;
   s.expires_at = "2026-05-28T21:46:40.000Z";
   s.idle_timeout_s = 600;
   s.slot = 3;
@@ -362,9 +408,9 @@ TEST_F(StoreTest, SessionRoundTripsEveryField) {
   EXPECT_EQ(got->cgroup, s.cgroup);
   EXPECT_EQ(got->init_pid, 4242);
   EXPECT_FALSE(got->startup_ms.has_value());
-  EXPECT_TRUE(got->cleanup.is_null());
+  EXPECT_FALSE(got->cleanup.has_value());
 
-  got->network = json::parse(R"({"mode": "allowlist", "allow": ["a.example"]})").as_object();
+  got->network = NetworkPolicy{.mode = "allowlist", .allow = {"a.example"}};
   got->expires_at = "2026-05-28T22:46:40.000Z";
   ASSERT_TRUE(store_->update_session(*got));
   auto updated = store_->get_session_any(s.id);
@@ -474,7 +520,10 @@ TEST_F(StoreTest, StateMachineGuards) {
   EXPECT_TRUE(*store_->set_state(s.id, "paused"));
   EXPECT_EQ(store_->set_state(s.id, "terminated").error().code, ErrorCode::invalid_argument);
 
-  json::value cleanup = json::parse(R"({"processes_killed": 3, "cgroup_removed": true})");
+  CleanupReport cleanup;
+  cleanup.processes_killed = 3;
+  cleanup.cgroup_removed = true;
+  cleanup.error = "1 process left";
   EXPECT_TRUE(*store_->set_terminated(s.id, "terminated", "deleted", "", cleanup));
   auto first = *store_->get_session(alpha_, s.id);
   EXPECT_EQ(first.state, "terminated");
@@ -485,7 +534,7 @@ TEST_F(StoreTest, StateMachineGuards) {
   EXPECT_EQ(first.cleanup, cleanup);
 
   // Final is final: a second DELETE or a late state change changes nothing.
-  EXPECT_FALSE(*store_->set_terminated(s.id, "failed", "init_died", "late", nullptr));
+  EXPECT_FALSE(*store_->set_terminated(s.id, "failed", "init_died", "late", std::nullopt));
   EXPECT_FALSE(*store_->set_state(s.id, "ready"));
   auto again = *store_->get_session(alpha_, s.id);
   EXPECT_EQ(again.state, "terminated");
@@ -498,14 +547,15 @@ TEST_F(StoreTest, StateMachineGuards) {
 }
 
 TEST_F(StoreTest, LiveUsageSumsTheLiveSessions) {
-  auto with_limits = [&](const char* limits, const char* state = "ready") {
+  auto with_limits = [&](uint64_t memory_mb, double cpus, const char* state = "ready") {
     SessionRecord s = session(alpha_, state);
-    s.limits = json::parse(limits).as_object();
+    s.limits.memory_mb = memory_mb;
+    s.limits.cpus = cpus;
     return store_->insert_session(s);
   };
-  ASSERT_TRUE(with_limits(R"({"memory_mb": 512, "cpus": 0.5})"));
-  ASSERT_TRUE(with_limits(R"({"memory_mb": 512, "cpus": 1.0})"));
-  ASSERT_TRUE(with_limits(R"({"memory_mb": 4096, "cpus": 2})", "terminated"));  // not live
+  ASSERT_TRUE(with_limits(512, 0.5));
+  ASSERT_TRUE(with_limits(512, 1.0));
+  ASSERT_TRUE(with_limits(4096, 2, "terminated"));  // not live
   auto usage = store_->live_usage(alpha_);
   ASSERT_TRUE(usage);
   EXPECT_EQ(usage->sessions, 2);
@@ -578,6 +628,7 @@ TEST_F(StoreTest, ExecLifecycleAndOutputIndex) {
   e.ended_at = "2026-05-28T21:46:42.500Z";
   e.cpu_ms = 1800;
   e.peak_memory_bytes = 536870912;
+  e.pids_peak = 7;
   e.stdout_bytes = 10;
   e.partial = true;
   e.pid = 42;  // known once it started: written with the outcome
@@ -593,6 +644,7 @@ TEST_F(StoreTest, ExecLifecycleAndOutputIndex) {
   EXPECT_FALSE(got.exit_code.has_value());
   EXPECT_EQ(got.duration_ms, 2500);  // ended - started when not given
   EXPECT_EQ(got.peak_memory_bytes, 536870912);
+  EXPECT_EQ(got.pids_peak, 7);
   EXPECT_TRUE(got.partial);
   EXPECT_EQ(got.pid, 42);
 
@@ -632,7 +684,7 @@ TEST_F(StoreTest, JsonShapesFollowTheApi) {
   EXPECT_FALSE(live.contains("cleanup"));
   EXPECT_FALSE(live.contains("tenant_id"));
 
-  ASSERT_TRUE(*store_->set_terminated(s.id, "terminated", "ttl_expired", "", json::object{}));
+  ASSERT_TRUE(*store_->set_terminated(s.id, "terminated", "ttl_expired", "", CleanupReport{}));
   json::object ended = api::render(*store_->get_session(alpha_, s.id));
   ASSERT_TRUE(ended.at("termination").is_object());
   EXPECT_EQ(ended.at("termination").at("reason"), "ttl_expired");
@@ -642,7 +694,7 @@ TEST_F(StoreTest, JsonShapesFollowTheApi) {
   ExecRecord e = exec(s);
   json::object running = api::render(e);
   for (const char* key : {"id", "state", "exit_code", "signal", "reason", "started_at", "ended_at",
-                          "duration_ms", "cpu_ms", "peak_memory_bytes", "stdout_bytes",
+                          "duration_ms", "cpu_ms", "peak_memory_bytes", "pids_peak", "stdout_bytes",
                           "stderr_bytes", "output_truncated", "partial"}) {
     EXPECT_TRUE(running.contains(key)) << key;
   }

@@ -1,6 +1,6 @@
 // Capability bounding set and capset(2) for sandbox processes. Both run between
 // fork and execve, so they use raw syscalls and fixed-size data only (no libcap).
-#include "jail/caps.h"
+#include "agent/caps.h"
 
 #include <linux/capability.h>
 #include <sys/prctl.h>
@@ -11,7 +11,7 @@
 #include <cerrno>
 #include <cstdint>
 
-namespace cela::jail {
+namespace cela::agent {
 namespace {
 
 // Docker's default capability set minus NET_RAW (raw sockets: spoofing, sniffing
@@ -85,4 +85,4 @@ int set_capabilities(const std::vector<int>& keep) {
   return 0;
 }
 
-}  // namespace cela::jail
+}  // namespace cela::agent

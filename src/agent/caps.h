@@ -5,7 +5,7 @@
 
 #include <vector>
 
-namespace cela::jail {
+namespace cela::agent {
 
 // Capabilities kept in the bounding set (CAP_* numbers), for review and tests.
 const std::vector<int>& kept_capabilities();
@@ -22,4 +22,4 @@ int drop_bounding_set();
 // or an errno (EINVAL for a number outside 0..63, EPERM for a cap not permitted).
 int set_capabilities(const std::vector<int>& keep);
 
-}  // namespace cela::jail
+}  // namespace cela::agent

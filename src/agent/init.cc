@@ -1,0 +1,238 @@
+#include "agent/init.h"
+
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <grp.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "agent/protocol.h"
+#include "agent/rootfs.h"
+#include "agent/spawn.h"
+
+namespace cela::agent {
+namespace json = boost::json;
+namespace {
+
+[[noreturn]] void setup_failed(int control_fd, const Error& error) {
+  // `step` here is context for people ("mount overlay on /newroot"), not matched.
+  (void)send_message(control_fd, message(MessageType::setup_error, {{"step", error.context}, {"errno", error.err}}));
+  ::_exit(1);
+}
+
+Result<void> become_namespace_root() {
+  // The child was cloned with host root's credentials; only now that the id maps
+  // exist can it take ns-root's ids. Without this step a later switch to uid 1000
+  // would not clear capabilities: the kernel compares against the ns's root uid.
+  if (::setresgid(0, 0, 0) != 0) return sys_fail("setresgid 0");
+  if (::setgroups(0, nullptr) != 0) return sys_fail("setgroups");
+  if (::setresuid(0, 0, 0) != 0) return sys_fail("setresuid 0");
+  return {};
+}
+
+Result<void> loopback_up() {
+  int sock = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (sock < 0) return sys_fail("socket for loopback");
+  ifreq ifr{};
+  std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+  int rc = ::ioctl(sock, SIOCGIFFLAGS, &ifr);
+  if (rc == 0) {
+    ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+    rc = ::ioctl(sock, SIOCSIFFLAGS, &ifr);
+  }
+  int err = errno;
+  ::close(sock);
+  if (rc != 0) return sys_fail("bring loopback up", err);
+  return {};
+}
+
+// Setup that needs only the id maps; runs while the host prepares the root filesystem.
+Result<void> setup_namespaces(const InitConfig& config) {
+  if (auto r = become_namespace_root(); !r) return r;
+  // Changing credentials cleared the parent-death signal: set it again.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  // Nothing mounted from here on may propagate back to the host.
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return sys_fail("make / private");
+  // The cgroup namespace is entered only now, after this process joined its cgroup,
+  // so the sandbox sees its own cgroup as the root.
+  if (::unshare(CLONE_NEWCGROUP) != 0) return sys_fail("unshare cgroup namespace");
+  if (::sethostname(config.hostname.data(), config.hostname.size()) != 0) return sys_fail("sethostname");
+  return loopback_up();
+}
+
+Result<void> setup_rootfs(const InitConfig& config, Message go) {
+  if (go.type() != MessageType::rootfs || go.fds.empty()) return fail(ErrorCode::internal, "expected rootfs message with fds");
+  RootfsMounts mounts;
+  mounts.overlay = std::move(go.fds[0]);
+  const auto& targets = go.body.at("binds").as_array();
+  if (targets.size() + 1 != go.fds.size()) return fail(ErrorCode::internal, "bind fds do not match targets");
+  for (size_t i = 0; i < targets.size(); ++i)
+    mounts.binds.emplace_back(std::string(targets[i].as_string()), std::move(go.fds[i + 1]));
+  if (auto r = enter_rootfs(std::move(mounts), config.rootfs, kStagingDir); !r) return r;
+
+  int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull < 0) return sys_fail("open /dev/null");
+  for (int fd = 0; fd < 3; ++fd) ::dup3(devnull, fd, 0);
+  ::close(devnull);
+  // Sandbox code (even as ns-root) must not ptrace or read the memory of init.
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) return sys_fail("prctl dumpable");
+  ::prctl(PR_SET_NAME, "cela-init", 0, 0, 0);
+  return {};
+}
+
+class Init {
+ public:
+  Init(const InitConfig& config, int signal_fd) : config_(config), signal_fd_(signal_fd) {}
+
+  [[noreturn]] void serve() {
+    for (;;) {
+      pollfd fds[2] = {{config_.control_fd, POLLIN, 0}, {signal_fd_, POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        ::_exit(1);
+      }
+      if (fds[1].revents & POLLIN) reap();
+      if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) handle_control();
+    }
+  }
+
+ private:
+  void handle_control() {
+    auto msg = recv_message(config_.control_fd);
+    // Host gone (or the channel broken): exit; the kernel kills the namespace.
+    if (!msg) ::_exit(0);
+    MessageType type = msg->type();
+    if (type == MessageType::exec) {
+      start_exec(*msg);
+    } else if (type == MessageType::signal) {
+      auto id = msg->body.at("id").to_number<uint64_t>();
+      int sig = msg->body.at("signal").to_number<int>();
+      for (auto& [pid, exec_id] : execs_)
+        if (exec_id == id) ::kill(-pid, sig);
+    } else if (type == MessageType::shutdown) {
+      ::kill(-1, SIGKILL);
+      ::_exit(0);
+    }
+  }
+
+  void start_exec(Message& msg) {
+    const json::object& body = msg.body;
+    std::vector<UniqueFd> cgroup_fds = std::move(msg.fds);  // the exec's cgroups, if any
+    auto req = ExecRequest::from_json(body);
+    if (!req) {
+      uint64_t id = body.contains("id") ? body.at("id").to_number<uint64_t>() : 0;
+      (void)send_message(config_.control_fd,
+                         message(MessageType::exec_error,
+                                 {{"id", id}, {"step", to_string(ExecStep::request)}, {"errno", EINVAL}}));
+      return;
+    }
+    auto spawned = spawn_exec(*req, *config_.seccomp, cgroup_fds);
+    if (!spawned) {
+      (void)send_message(config_.control_fd,
+                         message(MessageType::exec_error, {{"id", req->id},
+                                                           {"step", to_string(spawned.error().step)},
+                                                           {"errno", spawned.error().err}}));
+      return;
+    }
+    execs_[spawned->pid] = req->id;
+    (void)send_message(config_.control_fd, message(MessageType::started, {{"id", req->id}, {"pid", spawned->pid}}),
+                       {spawned->stdin_w.get(), spawned->stdout_r.get(), spawned->stderr_r.get()});
+  }
+
+  // Reaps every exited child: execs are reported, orphans re-parented to pid 1 are
+  // just collected so no zombie stays behind.
+  void reap() {
+    signalfd_siginfo info;
+    while (::read(signal_fd_, &info, sizeof info) > 0) {
+    }
+    for (;;) {
+      int status = 0;
+      pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      if (pid <= 0) break;
+      auto it = execs_.find(pid);
+      if (it == execs_.end()) continue;
+      (void)send_message(config_.control_fd, message(MessageType::exited, {{"id", it->second}, {"status", status}}));
+      execs_.erase(it);
+    }
+  }
+
+  const InitConfig& config_;
+  int signal_fd_;
+  std::map<pid_t, uint64_t> execs_;  // main pid of each running exec -> exec id
+};
+
+}  // namespace
+
+void run_init(const InitConfig& config) {
+  // Die with the host side; if it is already gone, the first receive sees EOF.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  sigset_t chld;
+  sigemptyset(&chld);
+  sigaddset(&chld, SIGCHLD);
+  ::sigprocmask(SIG_BLOCK, &chld, nullptr);
+
+  // "maps": our uid/gid maps are written; its fds are the v1 cgroup `tasks` files to
+  // join (by writing "0": see Cgroup::open_self_attach) before anything else.
+  auto maps = recv_message(config.control_fd);
+  if (!maps) ::_exit(1);
+  for (auto& fd : maps->fds)
+    if (::write(fd.get(), "0", 1) != 1) setup_failed(config.control_fd, Error{ErrorCode::system, errno, "join cgroup"});
+  maps->fds.clear();
+  if (auto r = setup_namespaces(config); !r) setup_failed(config.control_fd, r.error());
+  auto go = recv_message(config.control_fd);
+  if (!go) ::_exit(1);
+  if (auto r = setup_rootfs(config, std::move(*go)); !r) setup_failed(config.control_fd, r.error());
+
+  int signal_fd = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal_fd < 0) setup_failed(config.control_fd, Error{ErrorCode::system, errno, "signalfd"});
+  // Only the control socket and the signalfd stay open in init.
+  int low = std::min(config.control_fd, signal_fd), high = std::max(config.control_fd, signal_fd);
+  ::syscall(SYS_close_range, 3, low - 1, 0);
+  ::syscall(SYS_close_range, low + 1, high - 1, 0);
+  ::syscall(SYS_close_range, high + 1, ~0U, 0);
+  if (auto r = send_message(config.control_fd, message(MessageType::ready)); !r) ::_exit(1);
+  Init(config, signal_fd).serve();
+}
+
+void run_init_reexec(int control_fd) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  auto msg = recv_message(control_fd);
+  if (!msg) ::_exit(1);
+  if (msg->type() != MessageType::config) setup_failed(control_fd, Error{ErrorCode::internal, 0, "expected config message"});
+  // The host side compiled the program and sent it as a sealed memfd.
+  if (msg->fds.size() != 1) setup_failed(control_fd, Error{ErrorCode::internal, 0, "config message without the seccomp program"});
+  static SeccompProgram seccomp;
+  auto program = read_seccomp_program(msg->fds[0].get());
+  if (!program) setup_failed(control_fd, program.error());
+  seccomp = std::move(*program);
+  msg->fds.clear();
+  static InitConfig config;
+  try {
+    config.control_fd = control_fd;
+    config.hostname = std::string(msg->body.at("hostname").as_string());
+    config.rootfs.shm_bytes = msg->body.at("shm_bytes").to_number<uint64_t>();
+    config.rootfs.pty_max = msg->body.at("pty_max").to_number<uint32_t>();
+    config.seccomp = &seccomp;
+  } catch (const std::exception& e) {
+    setup_failed(control_fd, Error{ErrorCode::internal, 0, std::string("bad config message: ") + e.what()});
+  }
+  run_init(config);
+}
+
+}  // namespace cela::agent

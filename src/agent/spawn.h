@@ -1,0 +1,41 @@
+// Starting one exec inside the sandbox, from init's state to the exec's: join the
+// exec's cgroups, new session, stdio pipes, rlimits, bounding set, ids, cwd,
+// no_new_privs or the seccomp loader capability, seccomp, then execve along the
+// exec's own PATH. Runs in init (single-threaded, pid 1 of the sandbox).
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "agent/protocol.h"
+#include "agent/seccomp_program.h"
+#include "common/fd.h"
+
+namespace cela::agent {
+
+// A started exec: its pid (in the sandbox's pid namespace) and init's ends of its
+// stdio pipes, to be passed to the host.
+struct Spawned {
+  pid_t pid = -1;
+  UniqueFd stdin_w, stdout_r, stderr_r;
+};
+
+// Why an exec did not start: the step and its errno.
+struct SpawnFailure {
+  ExecStep step = ExecStep::unknown;
+  int err = 0;
+};
+
+// Starts `req`. `cgroup_fds` are the exec's cgroup attach files (written "0" by the
+// child before anything else); may be empty. Returns once the child has called
+// execve (or failed: then it has been reaped).
+std::expected<Spawned, SpawnFailure> spawn_exec(const ExecRequest& req, const SeccompProgram& seccomp,
+                                                const std::vector<UniqueFd>& cgroup_fds);
+
+// The execve paths tried for `req`, in order: argv[0] itself when it has a slash,
+// else each directory of the exec's own PATH (not init's environment).
+std::vector<std::string> exec_candidates(const ExecRequest& req);
+
+}  // namespace cela::agent

@@ -1,0 +1,108 @@
+#include "store/record_columns.h"
+
+#include <boost/json.hpp>
+
+#include "common/json_fields.h"
+
+namespace cela::store {
+namespace json = boost::json;
+
+namespace {
+
+// A stored column that does not read back is corruption, not a bad request.
+Error corrupt(std::string_view column, const Error& e) {
+  return Error{ErrorCode::internal, 0, "stored " + std::string(column) + " is corrupt: " + e.message()};
+}
+
+template <class T, class Read>
+Result<T> read_column(std::string_view text, std::string_view column, Read read) {
+  T out;
+  if (text.empty()) return out;
+  auto object = parse_json_object(text, column);
+  if (!object) return std::unexpected(corrupt(column, object.error()));
+  if (auto r = read(JsonFields(*object), out); !r) return std::unexpected(corrupt(column, r.error()));
+  return out;
+}
+
+template <class T>
+Result<void> set_if(Result<std::optional<T>> field, auto& target) {
+  if (!field) return std::unexpected(field.error());
+  if (*field) target = static_cast<std::remove_reference_t<decltype(target)>>(**field);
+  return {};
+}
+
+}  // namespace
+
+std::string limits_column(const SessionLimits& l) {
+  return json::serialize(json::object{{"cpus", l.cpus},
+                                      {"memory_mb", l.memory_mb},
+                                      {"disk_mb", l.disk_mb},
+                                      {"pids", l.pids},
+                                      {"ttl_s", l.ttl_s},
+                                      {"idle_timeout_s", l.idle_timeout_s},
+                                      {"exec_timeout_s", l.exec_timeout_s}});
+}
+
+Result<SessionLimits> read_limits_column(std::string_view text) {
+  return read_column<SessionLimits>(text, "limits", [](const JsonFields& f, SessionLimits& l) -> Result<void> {
+    if (auto r = set_if(f.number("cpus"), l.cpus); !r) return r;
+    for (auto [key, target] : {std::pair{"memory_mb", &l.memory_mb}, std::pair{"disk_mb", &l.disk_mb},
+                               std::pair{"pids", &l.pids}, std::pair{"ttl_s", &l.ttl_s},
+                               std::pair{"idle_timeout_s", &l.idle_timeout_s},
+                               std::pair{"exec_timeout_s", &l.exec_timeout_s}})
+      if (auto r = set_if(f.integer(key), *target); !r) return r;
+    return {};
+  });
+}
+
+std::string network_column(const NetworkPolicy& n) {
+  json::array allow;
+  for (const auto& a : n.allow) allow.emplace_back(a);
+  json::object o{{"mode", n.mode}};
+  if (!n.allow.empty()) o["allow"] = std::move(allow);
+  return json::serialize(o);
+}
+
+Result<NetworkPolicy> read_network_column(std::string_view text) {
+  return read_column<NetworkPolicy>(text, "network", [](const JsonFields& f, NetworkPolicy& n) -> Result<void> {
+    if (auto r = set_if(f.string("mode"), n.mode); !r) return r;
+    return set_if(f.string_array("allow"), n.allow);
+  });
+}
+
+std::string spec_column(const KeptSpec& s) {
+  return json::serialize(json::object{{"template", s.template_name}, {"allow_sudo", s.allow_sudo}});
+}
+
+Result<KeptSpec> read_spec_column(std::string_view text) {
+  return read_column<KeptSpec>(text, "spec", [](const JsonFields& f, KeptSpec& s) -> Result<void> {
+    if (auto r = set_if(f.string("template"), s.template_name); !r) return r;
+    return set_if(f.boolean("allow_sudo"), s.allow_sudo);
+  });
+}
+
+std::string cleanup_column(const CleanupReport& c) {
+  json::object o{{"cgroup_removed", c.cgroup_removed},
+                 {"mounts_removed", c.mounts_removed},
+                 {"upper_dir_freed", c.upper_dir_freed},
+                 {"secrets_wiped", c.secrets_wiped}};
+  if (c.processes_killed) o["processes_killed"] = *c.processes_killed;
+  if (!c.error.empty()) o["error"] = c.error;
+  return json::serialize(o);
+}
+
+Result<CleanupReport> read_cleanup_column(std::string_view text) {
+  return read_column<CleanupReport>(text, "cleanup", [](const JsonFields& f, CleanupReport& c) -> Result<void> {
+    std::optional<int64_t> killed;
+    if (auto r = set_if(f.integer("processes_killed"), killed); !r) return r;
+    if (killed) c.processes_killed = static_cast<uint64_t>(*killed);
+    if (auto r = set_if(f.integer("secrets_wiped"), c.secrets_wiped); !r) return r;
+    for (auto [key, target] : {std::pair{"cgroup_removed", &c.cgroup_removed},
+                               std::pair{"mounts_removed", &c.mounts_removed},
+                               std::pair{"upper_dir_freed", &c.upper_dir_freed}})
+      if (auto r = set_if(f.boolean(key), *target); !r) return r;
+    return set_if(f.string("error"), c.error);
+  });
+}
+
+}  // namespace cela::store
