@@ -179,10 +179,12 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
       // Die with the thread that cloned us; if the daemon died before this line, the
       // recv below sees EOF instead.
       ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-      // None of the daemon's descriptors may survive the execve (the listening
-      // sockets and the database are not all close-on-exec: Asio opens sockets
-      // without SOCK_CLOEXEC).
-      ::syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC);
+      // None of the daemon's descriptors may stay here (the listening sockets and the
+      // database are not all close-on-exec: Asio opens sockets without SOCK_CLOEXEC):
+      // closed now, not at execve, so none is held while this child waits.
+      unsigned keep = static_cast<unsigned>(child_end.get());
+      if (keep > 3) ::syscall(SYS_close_range, 3, keep - 1, 0);
+      ::syscall(SYS_close_range, keep + 1, ~0U, 0);
     }
     // The namespace's own limits, before anything else runs in it. Its root may
     // write them (CAP_SYS_RESOURCE in the namespace); no id map is needed for that.
