@@ -51,7 +51,9 @@ def main():
     from daemon_util import Daemon
 
     counts = [int(x) for x in args.sessions.split(",")]
+    # Many idle sessions: grants far above what they use (docs/operations.md, admission).
     d = Daemon({"max_sessions": max(counts) + 10, "blocking_threads": 32,
+                "admission": {"overcommit": {"memory": 100, "pids": 100, "files": 10000}},
                 "tenant_quotas": {"max_sessions": max(counts) + 10, "max_memory_mb": 10 ** 7, "max_cpus": 4}}).start()
     report = {"runs": args.runs, "cpus": os.cpu_count()}
     body = {"template": "host", "limits": {"memory_mb": 128, "idle_timeout_s": 3600}}

@@ -228,6 +228,7 @@ void run_init_reexec(int control_fd) {
     config.control_fd = control_fd;
     config.hostname = std::string(msg->body.at("hostname").as_string());
     config.rootfs.shm_bytes = msg->body.at("shm_bytes").to_number<uint64_t>();
+    config.rootfs.pty_max = msg->body.at("pty_max").to_number<uint32_t>();
     config.seccomp = &seccomp;
   } catch (const std::exception& e) {
     setup_failed(control_fd, Error{ErrorCode::internal, 0, std::string("bad config message: ") + e.what()});

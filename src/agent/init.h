@@ -30,7 +30,7 @@ struct InitConfig {
 // Entry of every init: the cloned child re-executes cela from the sealed init image
 // (jail/init_process.h) with argv = {kInitArgv0} and an empty environment, so nothing
 // of the host binary, its command line or its environment shows inside. The first
-// message on `control_fd` is `config` {hostname, shm_bytes} carrying the seccomp
+// message on `control_fd` is `config` {hostname, shm_bytes, pty_max} carrying the seccomp
 // program as a sealed memfd (agent/seccomp_program.h).
 [[noreturn]] void run_init_reexec(int control_fd);
 

@@ -4,7 +4,7 @@
 // boundaries come from the kernel. Each message is a JSON object with a "type";
 // file descriptors travel alongside with SCM_RIGHTS (the exec's stdio pipe ends).
 //
-// host -> init:  config {hostname, shm_bytes}  first, with the seccomp program (memfd)
+// host -> init:  config {hostname, shm_bytes, pty_max}  first, with the seccomp program (memfd)
 //                maps {} + fds             id maps written: join the cgroups (fds),
 //                                          become ns root, set up namespaces
 //                rootfs {binds} + fds      the overlay and bind mounts to enter

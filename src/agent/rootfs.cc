@@ -74,8 +74,9 @@ Result<void> mount_proc(const std::string& root) {
 }
 
 // A minimal /dev: a small tmpfs holding binds of the harmless host nodes, a private
-// devpts, a tmpfs /dev/shm. Made read-only at the end (pts and shm stay writable).
-Result<void> mount_dev(const std::string& root, uint64_t shm_bytes) {
+// devpts holding at most `pty_max` ptys, a tmpfs /dev/shm. Made read-only at the end
+// (pts and shm stay writable).
+Result<void> mount_dev(const std::string& root, uint64_t shm_bytes, uint32_t pty_max) {
   std::string dev = root + "/dev";
   if (auto r = ensure_dir(dev, 0755); !r) return r;
   if (auto r = do_mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64",
@@ -90,8 +91,8 @@ Result<void> mount_dev(const std::string& root, uint64_t shm_bytes) {
       return r;
   }
   if (auto r = ensure_dir(dev + "/pts", 0755); !r) return r;
-  if (auto r = do_mount("devpts", dev + "/pts", "devpts", MS_NOSUID | MS_NOEXEC,
-                        "newinstance,ptmxmode=0666,mode=0620", "mount devpts");
+  std::string pts_opts = "newinstance,ptmxmode=0666,mode=0620,max=" + std::to_string(pty_max);
+  if (auto r = do_mount("devpts", dev + "/pts", "devpts", MS_NOSUID | MS_NOEXEC, pts_opts.c_str(), "mount devpts");
       !r)
     return r;
   if (auto r = ensure_dir(dev + "/shm", 01777); !r) return r;
@@ -125,7 +126,7 @@ Result<void> enter_rootfs(RootfsMounts mounts, const RootfsSpec& spec, const std
   // /proc needs the old root still attached: the kernel allows a new proc mount in a
   // user namespace only while a fully visible proc exists in the mount namespace.
   if (auto r = mount_proc(staging); !r) return r;
-  if (auto r = mount_dev(staging, spec.shm_bytes); !r) return r;
+  if (auto r = mount_dev(staging, spec.shm_bytes, spec.pty_max); !r) return r;
   if (auto r = ensure_dir(staging + "/tmp", 01777); !r) return r;
 
   // pivot_root(".", ".") stacks the old root on top of the new one; detaching "."

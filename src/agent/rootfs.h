@@ -26,6 +26,9 @@ struct RootfsSpec {
   uint64_t disk_bytes = 1ull << 30;                        // size of the writable layer
   uint64_t disk_inodes = 0;                                // 0: derived from disk_bytes
   uint64_t shm_bytes = 64ull << 20;                        // /dev/shm tmpfs size
+  // Ptys of the private devpts (its `max=`): the host-wide kernel.pty.max is shared by
+  // every devpts instance, so each session gets a small share of its own.
+  uint32_t pty_max = 64;
 };
 
 struct RootfsMounts {

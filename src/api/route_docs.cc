@@ -113,7 +113,10 @@ const RouteDoc create_session{
     .description =
         "Asking for network other than {\"mode\": \"none\"}, packages other than off, secrets or "
         "volumes answers policy_denied until those features land. A dev-only template (`host`) answers "
-        "forbidden unless the daemon runs in dev mode and the caller is local root on the unix socket.",
+        "forbidden unless the daemon runs in dev mode and the caller is local root on the unix socket. "
+        "capacity_exceeded (503) also when the "
+        "memory, pids or open files granted to live sessions plus this one would pass what the host has "
+        "times the operator's overcommit ratio (answered at once, whatever wait_s).",
     .params = {query_param("wait_s", bounded(integer_schema(), 0, 300),
                            "wait this long for host capacity, then answer 503 as without it")},
     .body = {json_body(ref("CreateSession"), false, "every field optional")},

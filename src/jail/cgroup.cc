@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <unistd.h>
 
@@ -55,9 +56,25 @@ Result<CgroupMode> detect_cgroup_mode(const std::string& root) {
   return CgroupMode::legacy;
 }
 
-Result<std::unique_ptr<CgroupHost>> open_cgroup_host(CgroupMode mode, const std::string& root) {
-  if (mode == CgroupMode::unified) return open_cgroup_v2_host(root);
-  return open_cgroup_v1_host(mode, root);
+Result<std::unique_ptr<CgroupHost>> open_cgroup_host(CgroupMode mode, const std::string& root,
+                                                     const CgroupHostOptions& options) {
+  if (mode == CgroupMode::unified) return open_cgroup_v2_host(root, options);
+  return open_cgroup_v1_host(mode, root, options);
+}
+
+Result<std::optional<std::pair<uint32_t, uint32_t>>> whole_disk_of(const std::string& path, const std::string& sys) {
+  struct stat st = {};
+  if (::stat(path.c_str(), &st) != 0) return sys_fail("stat " + path);
+  std::string node = sys + "/dev/block/" + std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev));
+  if (!cgroupfs::exists(node)) return std::nullopt;  // not a block device
+  // A partition's directory sits inside its disk's: the disk's `dev` names it.
+  std::string dev_file = cgroupfs::exists(node + "/partition") ? node + "/../dev" : node + "/dev";
+  auto dev = read_file(dev_file);
+  if (!dev) return std::unexpected(dev.error());
+  unsigned maj = 0, min = 0;
+  if (std::sscanf(dev->c_str(), "%u:%u", &maj, &min) != 2)
+    return fail(ErrorCode::internal, "unexpected contents of " + dev_file);
+  return std::pair<uint32_t, uint32_t>{maj, min};
 }
 
 namespace cgroupfs {

@@ -12,7 +12,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -26,6 +28,25 @@ enum class CgroupMode {
   unified,  // pure cgroup2 at <root>
 };
 std::string_view to_string(CgroupMode mode);
+
+// Block I/O of one host block device (a whole disk: the kernel throttles disks, not
+// partitions). 0 = no limit.
+struct BlockDeviceLimit {
+  uint32_t major = 0, minor = 0;
+  uint64_t read_bps = 0, write_bps = 0, read_iops = 0, write_iops = 0;
+  bool operator==(const BlockDeviceLimit&) const = default;
+};
+
+// Block I/O limits of every sandbox of a host, where the host offers them: a
+// proportional weight (v2 io.weight, v1 blkio.weight or blkio.bfq.weight) and
+// per-device throttles (v2 io.max, v1 blkio.throttle.*). A file the host lacks (no
+// io/blkio controller, a scheduler without weights) is skipped: CgroupHost::io_support()
+// says what applies.
+struct IoLimits {
+  uint32_t weight = 0;  // 0 = the kernel's default; else 1..10000 (v1 clamps to its range)
+  std::vector<BlockDeviceLimit> devices;
+  bool empty() const { return weight == 0 && devices.empty(); }
+};
 
 struct CgroupLimits {
   uint64_t memory_bytes = 0;  // 0 = unlimited; swap is always off when set
@@ -86,11 +107,18 @@ class Cgroup {
   virtual int cgroup2_fd() const = 0;
 };
 
+// What of IoLimits this host's cgroups can enforce.
+struct IoSupport {
+  bool weight = false;    // a weight file exists (v1: blkio.weight or blkio.bfq.weight)
+  bool throttle = false;  // per-device bandwidth and iops limits
+};
+
 // The host's cgroup layout, discovered once.
 class CgroupHost {
  public:
   virtual ~CgroupHost() = default;
   virtual CgroupMode mode() const = 0;
+  virtual IoSupport io_support() const = 0;
   // Creates <hierarchy>/cela/<name> everywhere (and the cela parents, enabling the
   // controllers in cela's subtree_control on v2). Fails if it already exists.
   virtual Result<std::unique_ptr<Cgroup>> create(const std::string& name) = 0;
@@ -100,12 +128,25 @@ class CgroupHost {
   virtual Result<std::vector<std::string>> list() const = 0;
 };
 
+// The whole disk holding `path`'s filesystem ("major:minor" of /sys/dev/block, the
+// parent disk for a partition); nullopt when it is not on a block device (tmpfs,
+// overlay, btrfs subvolumes...). `sys` is the sysfs mount (tests point it elsewhere).
+Result<std::optional<std::pair<uint32_t, uint32_t>>> whole_disk_of(const std::string& path,
+                                                                    const std::string& sys = "/sys");
+
 // Detects the mode from what is mounted at `root` (default /sys/fs/cgroup).
 Result<CgroupMode> detect_cgroup_mode(const std::string& root = "/sys/fs/cgroup");
+
+struct CgroupHostOptions {
+  // Written into every sandbox's cgroup by create(). Empty, no block I/O cgroup is made
+  // or controller enabled (one less hierarchy to create and remove per sandbox and exec).
+  IoLimits io;
+};
 
 // The host backend for `mode`, with hierarchies under `root`. Tests point `root` at
 // a temporary directory laid out like cgroupfs to exercise the file interface.
 Result<std::unique_ptr<CgroupHost>> open_cgroup_host(CgroupMode mode,
-                                                     const std::string& root = "/sys/fs/cgroup");
+                                                     const std::string& root = "/sys/fs/cgroup",
+                                                     const CgroupHostOptions& options = {});
 
 }  // namespace cela::jail

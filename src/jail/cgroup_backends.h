@@ -19,8 +19,9 @@
 
 namespace cela::jail {
 
-Result<std::unique_ptr<CgroupHost>> open_cgroup_v1_host(CgroupMode mode, const std::string& root);
-Result<std::unique_ptr<CgroupHost>> open_cgroup_v2_host(const std::string& root);
+Result<std::unique_ptr<CgroupHost>> open_cgroup_v1_host(CgroupMode mode, const std::string& root,
+                                                        const CgroupHostOptions& options);
+Result<std::unique_ptr<CgroupHost>> open_cgroup_v2_host(const std::string& root, const CgroupHostOptions& options);
 
 namespace cgroupfs {
 

@@ -1,9 +1,12 @@
 // Cgroup v1 backend (legacy and hybrid hosts). Limits and accounting live in the v1
-// memory, cpu, cpuacct and pids hierarchies, each at <hierarchy>/cela/<name>. Kill-all
+// memory, cpu, cpuacct and pids hierarchies (and blkio where mounted), each at
+// <hierarchy>/cela/<name>. Kill-all
 // and "populated" go through the hybrid host's controller-less cgroup2 node
 // (<root>/unified/cela/<name>: cgroup.kill, cgroup.events) when there is one, else
 // through the v1 freezer.
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <climits>
 #include <csignal>
 #include <cstdlib>
@@ -22,20 +25,37 @@ using namespace cgroupfs;
 // cpuacct are often one hierarchy (/sys/fs/cgroup/cpu -> cpu,cpuacct).
 struct V1Layout {
   std::string memory, cpu, cpuacct, pids, freezer;  // cpuacct, freezer: empty if not mounted
+  std::string blkio;                                // empty if not mounted or not wanted
   std::string unified;                              // hybrid only
-  std::vector<std::string> hierarchies;             // the distinct v1 mounts
+  std::vector<std::string> hierarchies;             // the distinct v1 mounts used
+  // A mounted blkio hierarchy this host does not use: still searched for leftovers (a
+  // cela configured with block I/O limits may have made cgroups there).
+  std::string unused_blkio;
 };
 
 // One cgroup's directory in every hierarchy of a V1Layout.
 struct V1Paths {
-  std::string memory, cpu, cpuacct, pids, freezer, unified;  // empty when not used
+  std::string memory, cpu, cpuacct, pids, freezer, blkio, unified;  // empty when not used
   std::vector<std::string> all;  // every distinct directory, v1 ones then unified
 };
 
+// v1 charges socket buffers (TCP, UDP: everything the kernel accounts as socket
+// memory) to a cgroup only once its memory.kmem.tcp.limit_in_bytes has been written,
+// and then to a counter of their own: without it a 64 MiB session queued 403 MiB in
+// loopback TCP buffers. The session's socket buffers get the memory limit as their
+// own ceiling. A cgroup charges the sockets its tasks create, so per-exec children
+// turn the accounting on too ("-1": bounded by the session's counter above them).
+// Kernels without the file (it is deprecated) are left as they are.
+Result<void> set_tcp_memory(const std::string& memory_dir, uint64_t bytes) {
+  std::string tcp = memory_dir + "/memory.kmem.tcp.limit_in_bytes";
+  if (!exists(tcp)) return {};
+  return write_file(tcp, bytes ? std::to_string(bytes) : "-1");
+}
+
 class CgroupV1 final : public Cgroup {
  public:
-  CgroupV1(std::string name, V1Paths paths, UniqueFd unified_fd)
-      : name_(std::move(name)), paths_(std::move(paths)), unified_fd_(std::move(unified_fd)) {}
+  CgroupV1(std::string name, V1Paths paths, UniqueFd unified_fd, IoLimits io = {})
+      : name_(std::move(name)), paths_(std::move(paths)), unified_fd_(std::move(unified_fd)), io_(std::move(io)) {}
   ~CgroupV1() override {
     if (!destroyed_) destroy_or_warn(*this);
   }
@@ -56,6 +76,7 @@ class CgroupV1 final : public Cgroup {
   void forget() { destroyed_ = true; }
 
  private:
+  Result<void> set_io(const IoLimits& io);
   Result<void> set_memory(uint64_t bytes);
   Result<uint64_t> cpu_usage_ns() const;
   Result<void> freeze_kill_thaw();
@@ -64,6 +85,7 @@ class CgroupV1 final : public Cgroup {
   std::string name_;
   V1Paths paths_;
   UniqueFd unified_fd_;
+  IoLimits io_;  // the host's, written by apply()
   bool destroyed_ = false;
 };
 
@@ -73,11 +95,38 @@ Result<void> CgroupV1::apply(const CgroupLimits& limits) {
   std::string quota_us = *quota ? std::to_string(*quota) : "-1";
   std::string pids_max = limits.pids ? std::to_string(limits.pids) : "max";
   auto r = set_memory(limits.memory_bytes);
+  if (r) r = set_tcp_memory(paths_.memory, limits.memory_bytes);
   if (r) r = write_file(paths_.memory + "/memory.swappiness", "0");
   if (r) r = write_file(paths_.cpu + "/cpu.cfs_period_us", std::to_string(kCpuPeriodUs));
   if (r) r = write_file(paths_.cpu + "/cpu.cfs_quota_us", quota_us);
   if (r) r = write_file(paths_.pids + "/pids.max", pids_max);
+  if (r) r = set_io(io_);
   return r;
+}
+
+// blkio: the weight of whichever proportional policy the kernel has (CFQ's
+// blkio.weight, 10..1000, or BFQ's blkio.bfq.weight, 1..1000), and blk-throttle's
+// per-device limits. Skipped where the hierarchy or the file is missing.
+Result<void> CgroupV1::set_io(const IoLimits& io) {
+  if (io.empty() || paths_.blkio.empty()) return {};
+  if (io.weight) {
+    for (auto [file, low] : {std::pair{"/blkio.weight", 10u}, std::pair{"/blkio.bfq.weight", 1u}}) {
+      std::string path = paths_.blkio + file;
+      if (!exists(path)) continue;
+      if (auto r = write_file(path, std::to_string(std::clamp(io.weight, low, 1000u))); !r) return r;
+      break;
+    }
+  }
+  for (const BlockDeviceLimit& d : io.devices) {
+    std::string dev = std::to_string(d.major) + ":" + std::to_string(d.minor) + " ";
+    for (auto [file, value] : {std::pair{"read_bps_device", d.read_bps}, std::pair{"write_bps_device", d.write_bps},
+                               std::pair{"read_iops_device", d.read_iops}, std::pair{"write_iops_device", d.write_iops}}) {
+      std::string path = paths_.blkio + "/blkio.throttle." + file;
+      if (value == 0 || !exists(path)) continue;
+      if (auto r = write_file(path, dev + std::to_string(value)); !r) return r;
+    }
+  }
+  return {};
 }
 
 // Swap is off: memsw (memory + swap) gets the same limit as memory. Without swap
@@ -143,9 +192,14 @@ Result<uint64_t> CgroupV1::cpu_usage_ns() const {
 
 Result<bool> CgroupV1::populated() const {
   if (!paths_.unified.empty() && exists(paths_.unified)) return cgroup2_populated(paths_.unified);
-  auto pids = read_pids(paths_.memory + "/cgroup.procs");
-  if (!pids) return std::unexpected(pids.error());
-  return !pids->empty();
+  // The memory hierarchy holds every task; a leftover may exist in other hierarchies only.
+  for (const std::string& dir : paths_.all) {
+    if (dir == paths_.unified || (dir != paths_.memory && exists(paths_.memory)) || !exists(dir)) continue;
+    auto pids = read_pids(dir + "/cgroup.procs");
+    if (!pids) return std::unexpected(pids.error());
+    if (!pids->empty()) return true;
+  }
+  return false;
 }
 
 Result<void> CgroupV1::kill_all() {
@@ -236,15 +290,23 @@ Result<std::unique_ptr<Cgroup>> CgroupV1::create_child(const std::string& name) 
   if (auto r = check_name(name); !r) return std::unexpected(r.error());
   auto in = [&](const std::string& dir) { return dir.empty() ? std::string() : dir + "/" + name; };
   // No cgroup2 part: joining it would take the global lock (see open_self_attach).
+  // No blkio part either: v1 throttles each cgroup on its own (hierarchical limits
+  // exist only on cgroup2), so the execs stay in the sandbox's blkio cgroup and share
+  // its limits. (Unless blkio shares a hierarchy with another controller.)
+  bool own_blkio = !paths_.blkio.empty() &&
+                   std::ranges::none_of(std::array{&paths_.memory, &paths_.cpu, &paths_.cpuacct, &paths_.pids,
+                                                   &paths_.freezer},
+                                        [&](const std::string* p) { return *p == paths_.blkio; });
   V1Paths child{in(paths_.memory), in(paths_.cpu), in(paths_.cpuacct), in(paths_.pids), in(paths_.freezer),
-                std::string(), {}};
+                own_blkio ? std::string() : in(paths_.blkio), std::string(), {}};
   CreatedDirs created;
   for (const std::string& dir : paths_.all) {
-    if (dir == paths_.unified) continue;
+    if (dir == paths_.unified || (own_blkio && dir == paths_.blkio)) continue;
     child.all.push_back(dir + "/" + name);
     if (auto r = make_cgroup_dir(child.all.back()); !r) return std::unexpected(r.error());
     created.add(child.all.back());
   }
+  if (auto r = set_tcp_memory(child.memory, 0); !r) return std::unexpected(r.error());
   created.commit();
   return std::make_unique<CgroupV1>(name_ + "/" + name, std::move(child), UniqueFd());
 }
@@ -259,30 +321,44 @@ void enable_memory_hierarchy(const std::string& dir) {
 
 class CgroupV1Host final : public CgroupHost {
  public:
-  CgroupV1Host(CgroupMode mode, V1Layout layout) : mode_(mode), layout_(std::move(layout)) {}
+  CgroupV1Host(CgroupMode mode, V1Layout layout, IoLimits io)
+      : mode_(mode), layout_(std::move(layout)), io_(std::move(io)) {}
 
   CgroupMode mode() const override { return mode_; }
+  IoSupport io_support() const override {
+    if (layout_.blkio.empty()) return {};
+    // BFQ's weight shows only in non-root cgroups (cela/, once it exists).
+    std::string cela = layout_.blkio + "/cela";
+    return {exists(layout_.blkio + "/blkio.weight") || exists(cela + "/blkio.weight") ||
+                exists(cela + "/blkio.bfq.weight"),
+            exists(layout_.blkio + "/blkio.throttle.read_bps_device")};
+  }
   Result<std::unique_ptr<Cgroup>> create(const std::string& name) override;
   Result<void> remove_stale(const std::string& name) override;
   Result<std::vector<std::string>> list() const override;
 
  private:
   // Every hierarchy's `cela` directory, v1 ones then unified.
-  std::vector<std::string> parents() const;
-  V1Paths paths_for(const std::string& name) const;
+  // Every hierarchy's `cela` directory, v1 ones then unified; `leftovers` adds those
+  // of hierarchies this host does not use but another cela may have.
+  std::vector<std::string> parents(bool leftovers = false) const;
+  V1Paths paths_for(const std::string& name, bool leftovers = false) const;
 
   CgroupMode mode_;
   V1Layout layout_;
+  IoLimits io_;
+  std::atomic<bool> tcp_key_held_{false};  // create() runs on several threads
 };
 
-std::vector<std::string> CgroupV1Host::parents() const {
+std::vector<std::string> CgroupV1Host::parents(bool leftovers) const {
   std::vector<std::string> dirs;
   for (const std::string& hierarchy : layout_.hierarchies) dirs.push_back(hierarchy + "/cela");
+  if (leftovers && !layout_.unused_blkio.empty()) dirs.push_back(layout_.unused_blkio + "/cela");
   if (!layout_.unified.empty()) dirs.push_back(layout_.unified + "/cela");
   return dirs;
 }
 
-V1Paths CgroupV1Host::paths_for(const std::string& name) const {
+V1Paths CgroupV1Host::paths_for(const std::string& name, bool leftovers) const {
   auto in = [&](const std::string& hierarchy) {
     return hierarchy.empty() ? std::string() : hierarchy + "/cela/" + name;
   };
@@ -292,8 +368,9 @@ V1Paths CgroupV1Host::paths_for(const std::string& name) const {
   paths.cpuacct = in(layout_.cpuacct);
   paths.pids = in(layout_.pids);
   paths.freezer = in(layout_.freezer);
+  paths.blkio = in(layout_.blkio);
   paths.unified = in(layout_.unified);
-  for (const std::string& parent : parents()) paths.all.push_back(parent + "/" + name);
+  for (const std::string& parent : parents(leftovers)) paths.all.push_back(parent + "/" + name);
   return paths;
 }
 
@@ -306,6 +383,11 @@ Result<std::unique_ptr<Cgroup>> CgroupV1Host::create(const std::string& name) {
     if (*made) created.add(parent);
   }
   enable_memory_hierarchy(layout_.memory + "/cela");
+  // Socket accounting is behind a kernel static key, switched on with the first
+  // accounting cgroup and off with the last: a key flip patches kernel text (~ms), and
+  // sandboxes made and removed one after another would flip it every time. cela/
+  // (no tasks of its own) keeps it on.
+  if (!tcp_key_held_.exchange(true)) (void)set_tcp_memory(layout_.memory + "/cela", 0);
   V1Paths paths = paths_for(name);
   for (const std::string& dir : paths.all) {
     if (auto r = make_cgroup_dir(dir); !r) return std::unexpected(r.error());
@@ -318,12 +400,12 @@ Result<std::unique_ptr<Cgroup>> CgroupV1Host::create(const std::string& name) {
     unified_fd = std::move(*fd);
   }
   created.commit();
-  return std::make_unique<CgroupV1>(name, std::move(paths), std::move(unified_fd));
+  return std::make_unique<CgroupV1>(name, std::move(paths), std::move(unified_fd), io_);
 }
 
 Result<void> CgroupV1Host::remove_stale(const std::string& name) {
   if (auto r = check_name(name); !r) return r;
-  V1Paths paths = paths_for(name);
+  V1Paths paths = paths_for(name, true);
   if (std::ranges::none_of(paths.all, [](const std::string& dir) { return exists(dir); }))
     return {};
   CgroupV1 stale(name, std::move(paths), UniqueFd());
@@ -334,7 +416,7 @@ Result<void> CgroupV1Host::remove_stale(const std::string& name) {
 
 Result<std::vector<std::string>> CgroupV1Host::list() const {
   std::vector<std::string> names;
-  for (const std::string& parent : parents()) {
+  for (const std::string& parent : parents(true)) {
     auto children = list_children(parent);
     if (!children) return std::unexpected(children.error());
     names.insert(names.end(), children->begin(), children->end());
@@ -357,7 +439,7 @@ Result<std::string> find_hierarchy(const std::string& root, std::string_view con
   return sys_fail("realpath " + path);
 }
 
-Result<V1Layout> find_layout(CgroupMode mode, const std::string& root) {
+Result<V1Layout> find_layout(CgroupMode mode, const std::string& root, const CgroupHostOptions& options) {
   V1Layout layout;
   struct Wanted {
     std::string_view controller;
@@ -367,9 +449,13 @@ Result<V1Layout> find_layout(CgroupMode mode, const std::string& root) {
   for (auto [controller, hierarchy, required] :
        {Wanted{"memory", &layout.memory, true}, Wanted{"cpu", &layout.cpu, true},
         Wanted{"cpuacct", &layout.cpuacct, false}, Wanted{"pids", &layout.pids, true},
-        Wanted{"freezer", &layout.freezer, false}}) {
+        Wanted{"freezer", &layout.freezer, false}, Wanted{"blkio", &layout.blkio, false}}) {
     auto found = find_hierarchy(root, controller, required);
     if (!found) return std::unexpected(found.error());
+    if (hierarchy == &layout.blkio && options.io.empty()) {
+      if (std::ranges::find(layout.hierarchies, *found) == layout.hierarchies.end()) layout.unused_blkio = *found;
+      continue;
+    }
     *hierarchy = *found;
     if (!found->empty() &&
         std::ranges::find(layout.hierarchies, *found) == layout.hierarchies.end())
@@ -385,10 +471,11 @@ Result<V1Layout> find_layout(CgroupMode mode, const std::string& root) {
 
 }  // namespace
 
-Result<std::unique_ptr<CgroupHost>> open_cgroup_v1_host(CgroupMode mode, const std::string& root) {
-  auto layout = find_layout(mode, root);
+Result<std::unique_ptr<CgroupHost>> open_cgroup_v1_host(CgroupMode mode, const std::string& root,
+                                                        const CgroupHostOptions& options) {
+  auto layout = find_layout(mode, root, options);
   if (!layout) return std::unexpected(layout.error());
-  return std::make_unique<CgroupV1Host>(mode, std::move(*layout));
+  return std::make_unique<CgroupV1Host>(mode, std::move(*layout), options.io);
 }
 
 }  // namespace cela::jail

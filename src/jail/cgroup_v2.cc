@@ -1,5 +1,6 @@
 // Cgroup v2 backend (unified hosts): one node <root>/cela/<name> holds the limits,
-// the accounting and kill-all. cela/ gets memory, cpu and pids delegated from the root.
+// the accounting and kill-all. cela/ gets memory, cpu and pids delegated from the root
+// (and io, when block I/O limits are wanted and the root has it).
 #include <algorithm>
 #include <array>
 #include <iterator>
@@ -17,10 +18,18 @@ using namespace cgroupfs;
 
 constexpr std::array<std::string_view, 3> kControllers = {"memory", "cpu", "pids"};
 
+// The words of a space-separated cgroup file (cgroup.controllers, subtree_control).
+Result<std::vector<std::string>> read_words(const std::string& path) {
+  auto text = read_file(path);
+  if (!text) return std::unexpected(text.error());
+  std::istringstream words(*text);
+  return std::vector<std::string>{std::istream_iterator<std::string>(words), {}};
+}
+
 class CgroupV2 final : public Cgroup {
  public:
-  CgroupV2(std::string name, std::string dir, UniqueFd fd)
-      : name_(std::move(name)), dir_(std::move(dir)), fd_(std::move(fd)) {}
+  CgroupV2(std::string name, std::string dir, UniqueFd fd, IoLimits io = {})
+      : name_(std::move(name)), dir_(std::move(dir)), fd_(std::move(fd)), io_(std::move(io)) {}
   ~CgroupV2() override {
     if (!destroyed_) destroy_or_warn(*this);
   }
@@ -60,12 +69,14 @@ class CgroupV2 final : public Cgroup {
   void forget() { destroyed_ = true; }
 
  private:
+  Result<void> set_io(const IoLimits& io);
   std::string file(std::string_view name) const { return dir_ + "/" + std::string(name); }
   Result<void> freeze_kill_thaw();
 
   std::string name_;
   std::string dir_;
   UniqueFd fd_;
+  IoLimits io_;  // the host's, written by apply()
   bool destroyed_ = false;
 };
 
@@ -81,7 +92,31 @@ Result<void> CgroupV2::apply(const CgroupLimits& limits) {
     r = write_file(file("cpu.max"), cpu_max + " " + std::to_string(kCpuPeriodUs));
   }
   if (r) r = write_file(file("pids.max"), limits.pids ? std::to_string(limits.pids) : "max");
+  if (r) r = set_io(io_);
   return r;
+}
+
+// io.weight ("default N", 1..10000) exists where a weight-based policy is active (the
+// iocost controller or BFQ's io.bfq.weight); io.max holds the per-device throttles.
+// A file the kernel did not create is skipped.
+Result<void> CgroupV2::set_io(const IoLimits& io) {
+  if (io.weight) {
+    std::string weight = std::to_string(std::clamp(io.weight, 1u, 10000u));
+    if (exists(file("io.weight"))) {
+      if (auto r = write_file(file("io.weight"), "default " + weight); !r) return r;
+    } else if (exists(file("io.bfq.weight"))) {
+      if (auto r = write_file(file("io.bfq.weight"), std::to_string(std::min(io.weight, 1000u))); !r) return r;
+    }
+  }
+  if (io.devices.empty() || !exists(file("io.max"))) return {};
+  for (const BlockDeviceLimit& d : io.devices) {
+    std::string line = std::to_string(d.major) + ":" + std::to_string(d.minor);
+    for (auto [key, value] : {std::pair{"rbps", d.read_bps}, std::pair{"wbps", d.write_bps},
+                              std::pair{"riops", d.read_iops}, std::pair{"wiops", d.write_iops}})
+      line += std::string(" ") + key + "=" + (value ? std::to_string(value) : "max");
+    if (auto r = write_file(file("io.max"), line); !r) return r;
+  }
+  return {};
 }
 
 Result<CgroupStats> CgroupV2::stats() const {
@@ -140,17 +175,15 @@ Result<void> CgroupV2::destroy() {
   return {};
 }
 
-// Adds the controllers cela needs to dir/cgroup.subtree_control, writing only those
-// not yet enabled (a child can only have what its parent enables for it).
-Result<void> enable_controllers(const std::string& dir) {
+// Adds `controllers` to dir/cgroup.subtree_control, writing only those not yet
+// enabled (a child can only have what its parent enables for it).
+Result<void> enable_controllers(const std::string& dir, const std::vector<std::string_view>& controllers) {
   std::string path = dir + "/cgroup.subtree_control";
-  auto enabled = read_file(path);
-  if (!enabled) return std::unexpected(enabled.error());
-  std::istringstream words(*enabled);
-  std::vector<std::string> have{std::istream_iterator<std::string>(words), {}};
+  auto have = read_words(path);
+  if (!have) return std::unexpected(have.error());
   std::string request;
-  for (std::string_view controller : kControllers) {
-    if (std::find(have.begin(), have.end(), controller) != have.end()) continue;
+  for (std::string_view controller : controllers) {
+    if (std::find(have->begin(), have->end(), controller) != have->end()) continue;
     if (!request.empty()) request += ' ';
     request += "+" + std::string(controller);
   }
@@ -160,9 +193,16 @@ Result<void> enable_controllers(const std::string& dir) {
 
 class CgroupV2Host final : public CgroupHost {
  public:
-  explicit CgroupV2Host(std::string root) : root_(std::move(root)), parent_(root_ + "/cela") {}
+  CgroupV2Host(std::string root, std::vector<std::string_view> controllers, IoLimits io)
+      : root_(std::move(root)), parent_(root_ + "/cela"), controllers_(std::move(controllers)), io_(std::move(io)) {}
 
   CgroupMode mode() const override { return CgroupMode::unified; }
+  IoSupport io_support() const override {
+    bool io = std::ranges::find(controllers_, "io") != controllers_.end();
+    // Whether io.weight exists (iocost or BFQ) shows only in a child: say yes, apply
+    // skips it where missing.
+    return {io, io};
+  }
   Result<std::unique_ptr<Cgroup>> create(const std::string& name) override;
   Result<void> remove_stale(const std::string& name) override;
   Result<std::vector<std::string>> list() const override { return list_children(parent_); }
@@ -170,23 +210,25 @@ class CgroupV2Host final : public CgroupHost {
  private:
   std::string root_;
   std::string parent_;
+  std::vector<std::string_view> controllers_;  // delegated to cela/ and its children
+  IoLimits io_;
 };
 
 Result<std::unique_ptr<Cgroup>> CgroupV2Host::create(const std::string& name) {
   if (auto r = check_name(name); !r) return std::unexpected(r.error());
   CreatedDirs created;
-  if (auto r = enable_controllers(root_); !r) return std::unexpected(r.error());
+  if (auto r = enable_controllers(root_, controllers_); !r) return std::unexpected(r.error());
   auto made_parent = make_parent_dir(parent_);
   if (!made_parent) return std::unexpected(made_parent.error());
   if (*made_parent) created.add(parent_);
-  if (auto r = enable_controllers(parent_); !r) return std::unexpected(r.error());
+  if (auto r = enable_controllers(parent_, controllers_); !r) return std::unexpected(r.error());
   std::string dir = parent_ + "/" + name;
   if (auto r = make_cgroup_dir(dir); !r) return std::unexpected(r.error());
   created.add(dir);
   auto fd = open_dir(dir);
   if (!fd) return std::unexpected(fd.error());
   created.commit();
-  return std::make_unique<CgroupV2>(name, dir, std::move(*fd));
+  return std::make_unique<CgroupV2>(name, dir, std::move(*fd), io_);
 }
 
 Result<void> CgroupV2Host::remove_stale(const std::string& name) {
@@ -201,10 +243,16 @@ Result<void> CgroupV2Host::remove_stale(const std::string& name) {
 
 }  // namespace
 
-Result<std::unique_ptr<CgroupHost>> open_cgroup_v2_host(const std::string& root) {
+Result<std::unique_ptr<CgroupHost>> open_cgroup_v2_host(const std::string& root, const CgroupHostOptions& options) {
   if (!cgroupfs::exists(root + "/cgroup.controllers"))
     return fail(ErrorCode::not_found, "no cgroup2 at " + root);
-  return std::make_unique<CgroupV2Host>(root);
+  std::vector<std::string_view> controllers(kControllers.begin(), kControllers.end());
+  if (!options.io.empty()) {
+    auto available = read_words(root + "/cgroup.controllers");
+    if (!available) return std::unexpected(available.error());
+    if (std::ranges::find(*available, "io") != available->end()) controllers.push_back("io");
+  }
+  return std::make_unique<CgroupV2Host>(root, std::move(controllers), options.io);
 }
 
 }  // namespace cela::jail

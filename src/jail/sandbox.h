@@ -1,8 +1,10 @@
 // Sandbox: the host-side handle of one jail (namespaces + cgroup + rootfs + init).
 //
 // start() clones the init child into new user, mount, pid, uts, ipc and net
-// namespaces (it enters its cgroup namespace itself once attached), maps its ids to
-// the slot's host range, attaches it to a fresh cgroup, prepares the root filesystem
+// namespaces (it enters its cgroup namespace itself once attached) from a short-lived
+// launcher whose effective uid is the slot's host uid, so that uid owns the user
+// namespace and the kernel's per-user budgets are the session's own (userns.h); maps
+// its ids to the slot's host range, attaches it to a fresh cgroup, prepares the root filesystem
 // from the host side and hands it over, and returns once init reports `ready` (or the
 // step and errno that failed). Execs then start through init (agent/protocol.h).
 //
@@ -25,6 +27,7 @@
 #include "jail/mounts.h"
 #include "agent/protocol.h"
 #include "jail/seccomp.h"
+#include "jail/userns.h"
 
 namespace cela::jail {
 
@@ -33,7 +36,8 @@ struct SandboxSpec {
   std::string hostname;  // inside the sandbox
   RootfsSpec rootfs;
   CgroupLimits limits;
-  uint32_t host_uid_base = 0;  // host uid that is root inside (from a UidSlot)
+  uint32_t host_uid_base = 0;  // host uid that is root inside and owns the user namespace
+  KernelBudgets budgets;
 };
 
 struct StartedExec {
@@ -98,6 +102,8 @@ class Sandbox {
  private:
   Sandbox() = default;
   Result<agent::Message> wait_for(agent::MessageType type, uint64_t id);
+  // Reaps init after it closed the control socket during setup; says why it died.
+  Error died_during_setup();
 
   pid_t init_pid_ = -1;
   UniqueFd pidfd_;

@@ -54,7 +54,8 @@ const uint32_t kDefaultAction = SCMP_ACT_ERRNO(ENOSYS);
 // Allowed whatever the arguments. Close to Docker's default profile (moby
 // profiles/seccomp/default.json), x86_64 names only. Differences from Docker:
 // no ptrace, process_vm_*, kcmp, adjtimex, clock_adjtime, name_to_handle_at,
-// modify_ldt, memfd_secret, io_uring_*, fanotify_mark (see the denied table);
+// modify_ldt, memfd_secret, io_uring_*, Linux AIO (io_setup...), fanotify_mark (see
+// the denied table);
 // chroot is allowed (in-sandbox root keeps CAP_SYS_CHROOT in its own userns).
 // clone, socket, socketpair, ioctl and personality are in kArgumentRules.
 // clang-format off
@@ -81,8 +82,6 @@ constexpr std::string_view kAllowed[] = {
     "epoll_wait", "epoll_pwait", "epoll_pwait2", "eventfd", "eventfd2", "inotify_init",
     "inotify_init1", "inotify_add_watch", "inotify_rm_watch", "timerfd_create",
     "timerfd_settime", "timerfd_gettime", "signalfd", "signalfd4",
-    // Linux AIO (libaio users, some databases); io_uring is denied instead
-    "io_setup", "io_destroy", "io_submit", "io_cancel", "io_getevents", "io_pgetevents",
     // Memory
     "brk", "mmap", "munmap", "mremap", "mprotect", "madvise", "mincore", "msync", "mlock",
     "mlock2", "mlockall", "munlock", "munlockall", "remap_file_pages", "memfd_create",
@@ -303,6 +302,11 @@ const std::vector<SyscallRule>& seccomp_denied_syscalls() {
       {"open_tree", deny_eperm}, {"move_mount", deny_eperm}, {"mount_setattr", deny_eperm},
       // Namespaces with threads: glibc falls back to clone (rules above) only on ENOSYS
       {"clone3", deny_enosys},
+      // Linux AIO: every context takes from one host-wide table (fs.aio-max-nr) that no
+      // cgroup bounds, so one session could leave none for anyone. ENOSYS is what a
+      // kernel without AIO answers: libaio users (databases) fall back to threads.
+      {"io_setup", deny_enosys}, {"io_destroy", deny_enosys}, {"io_submit", deny_enosys},
+      {"io_cancel", deny_enosys}, {"io_getevents", deny_enosys}, {"io_pgetevents", deny_enosys},
       // File handles bypass path lookup (the classic container escape)
       {"open_by_handle_at", deny_eperm}, {"name_to_handle_at", deny_eperm},
       // Other processes' memory and fds (no gdb/strace inside a sandbox)

@@ -30,6 +30,35 @@ Result<UidSlot> UidSlot::acquire(const std::string& lock_dir, uint32_t max_slots
   return fail(ErrorCode::limit, "all " + std::to_string(max_slots) + " sandbox uid slots are in use");
 }
 
+std::vector<UserNsLimit> KernelBudgets::default_user_ns_limits() {
+  // Nothing inside may create namespaces (seccomp refuses unshare, setns and clone
+  // with namespace flags): zero is a second fence. init itself enters one cgroup
+  // namespace after the limits are written.
+  return {{"max_user_namespaces", 0},   {"max_pid_namespaces", 0},    {"max_net_namespaces", 0},
+          {"max_mnt_namespaces", 0},    {"max_ipc_namespaces", 0},    {"max_uts_namespaces", 0},
+          {"max_time_namespaces", 0},   {"max_cgroup_namespaces", 1}, {"max_inotify_instances", 128},
+          {"max_inotify_watches", 65536}};
+}
+
+const std::vector<std::string>& user_ns_limit_names() {
+  static const auto& names = *new std::vector<std::string>{
+      "max_user_namespaces", "max_pid_namespaces",    "max_net_namespaces",    "max_mnt_namespaces",
+      "max_ipc_namespaces",  "max_uts_namespaces",    "max_time_namespaces",   "max_cgroup_namespaces",
+      "max_inotify_instances", "max_inotify_watches", "max_fanotify_groups",   "max_fanotify_marks"};
+  return names;
+}
+
+Result<void> check_user_ns_limits(const std::vector<UserNsLimit>& limits) {
+  const auto& known = user_ns_limit_names();
+  for (const auto& limit : limits) {
+    if (std::find(known.begin(), known.end(), limit.name) == known.end())
+      return fail(ErrorCode::invalid_argument, "unknown user namespace limit `" + limit.name + "`");
+    if (limit.value > 0x7fffffff)
+      return fail(ErrorCode::invalid_argument, "user namespace limit `" + limit.name + "` is above 2147483647");
+  }
+  return {};
+}
+
 Result<void> write_id_maps(pid_t pid, uint32_t host_base) {
   std::string map = "0 " + std::to_string(host_base) + " " + std::to_string(kIdsPerSlot) + "\n";
   std::string proc = "/proc/" + std::to_string(pid);

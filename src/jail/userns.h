@@ -1,4 +1,5 @@
-// User namespaces and host uid ranges.
+// User namespaces, host uid ranges and the per-session kernel budgets that hang off
+// the user namespace.
 //
 // Every live sandbox owns one slot; slot N maps ids 0..65535 inside to
 // kUidBase + N*65536 .. +65535 on the host, so no two sandboxes share a host uid and
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "common/fd.h"
@@ -41,6 +43,35 @@ class UidSlot {
   uint32_t index_;
   UniqueFd lock_;
 };
+
+// The kernel keeps several budgets per (user namespace, uid), each charged up the chain
+// of namespaces to the uid that owns the namespace: inotify instances and watches,
+// namespaces, queued signals, POSIX message queue bytes, locked shm. A sandbox's user
+// namespace is owned by its slot's host uid (host_base), so these are the session's
+// own, never host root's; the limits below bound them per session.
+struct UserNsLimit {
+  std::string name;  // a file of /proc/sys/user (user_ns_limit_names())
+  uint64_t value = 0;
+};
+
+struct KernelBudgets {
+  // rlimits of init and every exec, and (as the rlimits of the namespace's creator)
+  // the ceiling of the whole session, whatever uid inside spends them.
+  uint64_t sigpending = 4096;        // RLIMIT_SIGPENDING: queued signals
+  uint64_t msgqueue_bytes = 819200;  // RLIMIT_MSGQUEUE: POSIX message queue bytes
+  uint64_t memlock_bytes = 8 << 20;  // RLIMIT_MEMLOCK
+  // Written into the session's namespace before anything runs in it. Each bounds one
+  // uid inside; the session as a whole is also bounded by the host's value (the
+  // owner's counter in the host namespace).
+  std::vector<UserNsLimit> user_ns = default_user_ns_limits();
+
+  static std::vector<UserNsLimit> default_user_ns_limits();
+};
+
+// The names /proc/sys/user may hold (max_inotify_instances, max_user_namespaces, ...).
+const std::vector<std::string>& user_ns_limit_names();
+// invalid_argument naming the first unknown name.
+Result<void> check_user_ns_limits(const std::vector<UserNsLimit>& limits);
 
 // Writes uid_map and gid_map of `pid` ("0 <host_base> 65536"). Host root may map any
 // range, so setgroups stays allowed (sudo and apt inside need it).

@@ -6,6 +6,7 @@
 
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/write.hpp>
+#include <algorithm>
 #include <cassert>
 #include <cstdio>
 #include <deque>
@@ -380,8 +381,8 @@ class JailInstance final : public Instance {
 
 class JailBackend final : public Backend {
  public:
-  JailBackend(std::unique_ptr<jail::CgroupHost> cgroups, jail::SeccompProgram seccomp, uint32_t uid_slots)
-      : cgroups_(std::move(cgroups)), seccomp_(std::move(seccomp)), uid_slots_(uid_slots) {}
+  JailBackend(std::unique_ptr<jail::CgroupHost> cgroups, jail::SeccompProgram seccomp, JailOptions options)
+      : cgroups_(std::move(cgroups)), seccomp_(std::move(seccomp)), options_(std::move(options)) {}
   std::string_view name() const override { return "jail"; }
 
   Result<std::unique_ptr<Instance>> start(const InstanceSpec& spec) override {
@@ -391,8 +392,10 @@ class JailBackend final : public Backend {
     sb.rootfs.layers = spec.rootfs.layers;
     for (const auto& [source, target] : spec.rootfs.binds) sb.rootfs.binds.emplace_back(source, target);
     sb.rootfs.disk_bytes = spec.disk_bytes;
+    sb.rootfs.pty_max = options_.pty_max;
     sb.limits = spec.limits;
-    auto slot = jail::UidSlot::acquire(jail::kSlotLockDir, uid_slots_);
+    sb.budgets = options_.budgets;
+    auto slot = jail::UidSlot::acquire(jail::kSlotLockDir, options_.uid_slots);
     if (!slot) {
       Error e = slot.error();
       if (e.code == ErrorCode::limit) e.code = ErrorCode::capacity_exceeded;  // 503: retry later
@@ -409,7 +412,7 @@ class JailBackend final : public Backend {
  private:
   std::unique_ptr<jail::CgroupHost> cgroups_;
   jail::SeccompProgram seccomp_;
-  uint32_t uid_slots_;
+  JailOptions options_;
 };
 
 }  // namespace
@@ -432,10 +435,11 @@ agent::ExecRequest to_exec_request(const ProcessSpec& spec) {
   return req;
 }
 
-Result<std::unique_ptr<Backend>> open_jail_backend(uint32_t uid_slots) {
+Result<std::unique_ptr<Backend>> open_jail_backend(const JailOptions& options) {
+  if (auto r = jail::check_user_ns_limits(options.budgets.user_ns); !r) return std::unexpected(r.error());
   auto mode = jail::detect_cgroup_mode();
   if (!mode) return std::unexpected(mode.error());
-  auto host = jail::open_cgroup_host(*mode);
+  auto host = jail::open_cgroup_host(*mode, "/sys/fs/cgroup", {.io = options.io});
   if (!host) return std::unexpected(host.error());
   // Compiled once; the re-executed inits load it from the same cache.
   auto seccomp = jail::cached_seccomp_program();
@@ -445,7 +449,40 @@ Result<std::unique_ptr<Backend>> open_jail_backend(uint32_t uid_slots) {
   if (auto image = jail::sealed_init_image(); !image) return std::unexpected(image.error());
   if (!jail::can_protect_init_from_oom())
     std::fprintf(stderr, "cela: no CAP_SYS_RESOURCE: session inits keep cela's OOM score (only execs go first)\n");
-  return std::unique_ptr<Backend>(new JailBackend(std::move(*host), std::move(*seccomp), uid_slots));
+  return std::unique_ptr<Backend>(new JailBackend(std::move(*host), std::move(*seccomp), options));
+}
+
+Result<jail::IoLimits> resolve_block_io(const BlockIoRequest& request, std::vector<std::string>& notes) {
+  jail::IoLimits io;
+  bool throttles = request.read_bps || request.write_bps || request.read_iops || request.write_iops;
+  if (!request.weight && !throttles) return io;
+  auto mode = jail::detect_cgroup_mode();
+  if (!mode) return std::unexpected(mode.error());
+  // A host opened with a placeholder weight only to ask what it supports.
+  auto host = jail::open_cgroup_host(*mode, "/sys/fs/cgroup", {.io = {.weight = 1, .devices = {}}});
+  if (!host) return std::unexpected(host.error());
+  jail::IoSupport support = (*host)->io_support();
+  if (request.weight && !support.weight)
+    notes.push_back("block_io.weight: no weight file in this host's cgroups (no io/blkio controller or no "
+                    "proportional scheduler); not applied");
+  else
+    io.weight = request.weight;
+  if (throttles && !support.throttle) {
+    notes.push_back("block_io throttles: this host's cgroups cannot throttle (no io/blkio controller); not applied");
+    throttles = false;
+  }
+  for (const std::string& path : throttles ? request.paths : std::vector<std::string>{}) {
+    auto disk = jail::whole_disk_of(path);
+    if (!disk) return std::unexpected(disk.error());
+    if (!*disk) {
+      notes.push_back("block_io: " + path + " is on no block device; not throttled");
+      continue;
+    }
+    jail::BlockDeviceLimit limit{(*disk)->first, (*disk)->second, request.read_bps, request.write_bps,
+                                 request.read_iops, request.write_iops};
+    if (std::ranges::find(io.devices, limit) == io.devices.end()) io.devices.push_back(limit);
+  }
+  return io;
 }
 
 }  // namespace cela::runtime

@@ -1,7 +1,12 @@
 #include "session/admission.h"
 
 #include <boost/asio/post.hpp>
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <sstream>
+
+#include "common/fs.h"
 
 namespace cela::session {
 namespace asio = boost::asio;
@@ -55,6 +60,75 @@ void Admission::close(const Error& why) {
     w.timer->cancel();
     asio::post(reactor_, [done = std::move(w.done), why] { done(std::unexpected(why)); });
   }
+}
+
+HostGrant HostGrant::of(const SessionLimits& limits, uint64_t nofile) {
+  return {limits.memory_mb, limits.pids, nofile * limits.pids};
+}
+
+Result<HostCapacity> HostCapacity::measure(const AdmissionConfig& config, const std::string& proc) {
+  HostCapacity c{config.host_memory_mb, config.host_pids, config.host_files};
+  if (!c.memory_mb) {
+    auto meminfo = read_file(proc + "/meminfo");
+    if (!meminfo) return std::unexpected(meminfo.error());
+    std::istringstream lines(*meminfo);
+    std::string key;
+    uint64_t kib = 0;
+    while (lines >> key >> kib && key != "MemTotal:") lines.ignore(1 << 10, '\n');
+    if (key != "MemTotal:" || !kib) return fail(ErrorCode::system, "no MemTotal in " + proc + "/meminfo");
+    c.memory_mb = kib / 1024;
+  }
+  if (!c.pids) {
+    auto pid_max = read_u64(proc + "/sys/kernel/pid_max");
+    if (!pid_max) return std::unexpected(pid_max.error());
+    auto threads = read_u64(proc + "/sys/kernel/threads-max");
+    if (!threads) return std::unexpected(threads.error());
+    c.pids = std::min(*pid_max, *threads);
+  }
+  if (!c.files) {
+    auto files = read_u64(proc + "/sys/fs/file-max");
+    if (!files) return std::unexpected(files.error());
+    c.files = *files;
+  }
+  return c;
+}
+
+void Admission::set_host(const HostCapacity& capacity, const AdmissionConfig& overcommit) {
+  auto times = [](uint64_t have, double ratio) {
+    double v = std::floor(static_cast<double>(have) * ratio);
+    return v >= 1.8e19 ? UINT64_MAX : static_cast<uint64_t>(v);
+  };
+  limit_ = HostGrant{times(capacity.memory_mb, overcommit.memory_overcommit),
+                     times(capacity.pids, overcommit.pids_overcommit),
+                     times(capacity.files, overcommit.files_overcommit)};
+}
+
+Result<void> Admission::take(const HostGrant& grant) {
+  if (limit_) {
+    struct Table {
+      const char* what;
+      uint64_t granted, asked, limit;
+    } tables[] = {{"MiB of session memory", granted_.memory_mb, grant.memory_mb, limit_->memory_mb},
+                  {"session pids", granted_.pids, grant.pids, limit_->pids},
+                  {"session open files", granted_.files, grant.files, limit_->files}};
+    for (const Table& t : tables) {
+      if (t.asked <= t.limit && t.granted <= t.limit - t.asked) continue;
+      return fail(ErrorCode::capacity_exceeded, "host admission: " + std::to_string(t.granted) + " " + t.what +
+                                                    " granted to live sessions; " + std::to_string(t.asked) +
+                                                    " more would pass the host's " + std::to_string(t.limit) +
+                                                    " (what it has times the overcommit ratio)");
+    }
+  }
+  granted_.memory_mb += grant.memory_mb;
+  granted_.pids += grant.pids;
+  granted_.files += grant.files;
+  return {};
+}
+
+void Admission::give_back(const HostGrant& grant) {
+  granted_.memory_mb -= std::min(granted_.memory_mb, grant.memory_mb);
+  granted_.pids -= std::min(granted_.pids, grant.pids);
+  granted_.files -= std::min(granted_.files, grant.files);
 }
 
 Result<void> Admission::check_quota(store::Store& store, const store::TenantRecord& tenant,

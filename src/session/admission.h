@@ -1,6 +1,8 @@
 // Admission: whether a new session may start now. Host capacity (live and starting
-// sessions against DaemonConfig::max_sessions, with a bounded, asynchronous wait) and
-// tenant quotas (live sessions, total memory, cpus per session).
+// sessions against DaemonConfig::max_sessions, with a bounded, asynchronous wait),
+// the host's shared tables (the sum of the memory, pids and open files granted to live
+// sessions against what the host has times an overcommit ratio) and tenant quotas
+// (live sessions, total memory, cpus per session).
 //
 // Reactor-only. Quotas are checked against the store's live sessions; the check and
 // the insert that follows run in one reactor turn, so two creates cannot both slip
@@ -14,13 +16,32 @@
 #include <functional>
 #include <list>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "common/error.h"
+#include "session/config.h"
 #include "session/types.h"
 #include "store/records.h"
 #include "store/store.h"
 
 namespace cela::session {
+
+// What one session may take of the host's shared tables: its memory limit, its pids
+// limit (every sandbox process holds a host pid) and its open files (the RLIMIT_NOFILE
+// of its processes times their number: what the kernel lets it hold against fs.file-max).
+struct HostGrant {
+  uint64_t memory_mb = 0, pids = 0, files = 0;
+  static HostGrant of(const SessionLimits& limits, uint64_t nofile);
+};
+
+// What the host has of each, before overcommit.
+struct HostCapacity {
+  uint64_t memory_mb = 0, pids = 0, files = 0;
+  // MemTotal, min(kernel.pid_max, kernel.threads-max) and fs.file-max, read under
+  // `proc`; a nonzero value in `config` replaces the measured one.
+  static Result<HostCapacity> measure(const AdmissionConfig& config, const std::string& proc = "/proc");
+};
 
 class Admission {
  public:
@@ -37,6 +58,15 @@ class Admission {
   bool full() const { return reserved_ >= max_; }
   int64_t reserved() const { return reserved_; }
 
+  // The host's shared tables: until set, grants are not checked.
+  void set_host(const HostCapacity& capacity, const AdmissionConfig& overcommit);
+  // Adds `grant` to what live sessions hold, or capacity_exceeded naming the table it
+  // would overfill (nothing taken then).
+  Result<void> take(const HostGrant& grant);
+  // Returns what take() added.
+  void give_back(const HostGrant& grant);
+  const HostGrant& granted() const { return granted_; }
+
   // The tenant's quotas for one more session of `limits`: quota_exceeded naming the
   // quota, or ok.
   static Result<void> check_quota(store::Store& store, const store::TenantRecord& tenant, const SessionLimits& limits);
@@ -51,6 +81,8 @@ class Admission {
   boost::asio::io_context& reactor_;
   int64_t max_;
   int64_t reserved_ = 0;
+  std::optional<HostGrant> limit_;  // capacity × overcommit
+  HostGrant granted_;
   std::list<Waiter> waiters_;
   std::optional<Error> closed_;
 };

@@ -54,7 +54,8 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   JsonFields f(o);
   ONLY(f, "state_dir", "templates_dir", "socket", "listen", "default_template", "max_sessions", "output_cap_bytes",
        "max_body_bytes", "max_upload_bytes", "http_threads", "blocking_threads", "defaults", "maxima", "tenant_quotas",
-       "output_retention", "stdin_timeout_s", "uid_slots", "launcher_threads", "exec_nofile", "connections", "dev_mode");
+       "output_retention", "stdin_timeout_s", "uid_slots", "launcher_threads", "exec_nofile", "connections",
+       "session_budgets", "block_io", "admission", "dev_mode");
   TAKE(f, "state_dir", c.state_dir);
   TAKE(f, "templates_dir", c.templates_dir);
   TAKE(f, "socket", c.socket_path);
@@ -119,6 +120,62 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
     ONLY(s, "days");
     TAKE(s, "days", c.output_retention_days);
   }
+  auto b = section("session_budgets");
+  if (!b) return std::unexpected(b.error());
+  if (*b) {
+    const JsonFields& s = **b;
+    ONLY(s, "sigpending", "msgqueue_bytes", "memlock_bytes", "ptys", "user_namespace");
+    TAKE(s, "sigpending", c.budgets.sigpending);
+    TAKE(s, "msgqueue_bytes", c.budgets.msgqueue_bytes);
+    TAKE(s, "memlock_bytes", c.budgets.memlock_bytes);
+    TAKE(s, "ptys", c.budgets.ptys);
+    auto u = s.object("user_namespace");
+    if (!u) return config_error(u.error());
+    if (*u) {
+      for (const auto& kv : (*u)->raw()) {
+        std::string name(kv.key());
+        uint64_t value = 0;
+        TAKE(**u, name, value);
+        c.budgets.user_namespace[name] = value;
+      }
+    }
+  }
+  auto io = section("block_io");
+  if (!io) return std::unexpected(io.error());
+  if (*io) {
+    const JsonFields& s = **io;
+    ONLY(s, "weight", "read_bps", "write_bps", "read_iops", "write_iops", "devices");
+    TAKE(s, "weight", c.block_io.weight);
+    TAKE(s, "read_bps", c.block_io.read_bps);
+    TAKE(s, "write_bps", c.block_io.write_bps);
+    TAKE(s, "read_iops", c.block_io.read_iops);
+    TAKE(s, "write_iops", c.block_io.write_iops);
+    auto devices = s.string_array("devices");
+    if (!devices) return config_error(devices.error());
+    if (*devices) c.block_io.devices = **devices;
+  }
+  auto adm = section("admission");
+  if (!adm) return std::unexpected(adm.error());
+  if (*adm) {
+    const JsonFields& s = **adm;
+    ONLY(s, "overcommit", "host");
+    auto over = s.object("overcommit");
+    if (!over) return config_error(over.error());
+    if (*over) {
+      ONLY(**over, "memory", "pids", "files");
+      TAKE(**over, "memory", c.admission.memory_overcommit);
+      TAKE(**over, "pids", c.admission.pids_overcommit);
+      TAKE(**over, "files", c.admission.files_overcommit);
+    }
+    auto host = s.object("host");
+    if (!host) return config_error(host.error());
+    if (*host) {
+      ONLY(**host, "memory_mb", "pids", "files");
+      TAKE(**host, "memory_mb", c.admission.host_memory_mb);
+      TAKE(**host, "pids", c.admission.host_pids);
+      TAKE(**host, "files", c.admission.host_files);
+    }
+  }
   auto conn = section("connections");
   if (!conn) return std::unexpected(conn.error());
   if (*conn) {
@@ -135,6 +192,13 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   for (double t : {c.connections.header_timeout_s, c.connections.idle_timeout_s})
     if (!(t > 0 && t <= 3600))
       return fail(ErrorCode::invalid_argument, "config: connections timeouts must be in (0, 3600] seconds");
+  if (c.budgets.ptys < 1 || c.budgets.ptys > 4096)
+    return fail(ErrorCode::invalid_argument, "config: session_budgets.ptys must be 1..4096");
+  if (c.block_io.weight > 10000)
+    return fail(ErrorCode::invalid_argument, "config: block_io.weight must be 0..10000");
+  for (double ratio : {c.admission.memory_overcommit, c.admission.pids_overcommit, c.admission.files_overcommit})
+    if (!(ratio > 0) || ratio > 1e6)
+      return fail(ErrorCode::invalid_argument, "config: admission.overcommit ratios must be > 0");
   if (c.exec_nofile < 16) return fail(ErrorCode::invalid_argument, "config: exec_nofile must be >= 16");
   if (c.uid_slots < 1 || c.uid_slots > 4096) return fail(ErrorCode::invalid_argument, "config: uid_slots must be 1..4096");
   if (c.output_retention_days < 0)

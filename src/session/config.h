@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <vector>
 
 #include <boost/json/object.hpp>
 
@@ -35,6 +37,39 @@ struct TenantQuotaDefaults {  // quotas of tenants created without explicit ones
   int64_t max_sessions = 50;
   int64_t max_memory_mb = 32768;
   double max_cpus = 4.0;  // per session
+};
+
+// Kernel budgets every session gets besides its cgroup limits (docs/operations.md,
+// docs/security.md "Kernel budgets").
+struct SessionBudgets {
+  uint64_t sigpending = 4096;           // RLIMIT_SIGPENDING, for the whole session
+  uint64_t msgqueue_bytes = 819200;     // RLIMIT_MSGQUEUE
+  uint64_t memlock_bytes = 8ull << 20;  // RLIMIT_MEMLOCK
+  uint64_t ptys = 64;                   // max= of the session's devpts
+  // /proc/sys/user limits of the session's user namespace, over the built-in ones
+  // (names checked when the daemon starts).
+  std::map<std::string, uint64_t> user_namespace;
+};
+
+// Block I/O weight and throttles of every session, where the host's cgroups offer
+// them (0 = none). They apply to the disks holding `devices` (paths), by default those
+// of the template store and the state directory.
+struct BlockIoConfig {
+  uint64_t weight = 0;
+  uint64_t read_bps = 0, write_bps = 0, read_iops = 0, write_iops = 0;
+  std::vector<std::string> devices;
+};
+
+// Host admission: the sum of what live sessions are granted (memory limit, pids,
+// open files) stays within what the host has times an overcommit ratio; past it,
+// creates answer 503 capacity_exceeded.
+struct AdmissionConfig {
+  double memory_overcommit = 2.0;
+  double pids_overcommit = 2.0;
+  double files_overcommit = 64.0;
+  // What the host has; 0 = measured at start (MemTotal, min(pid_max, threads-max),
+  // fs.file-max).
+  uint64_t host_memory_mb = 0, host_pids = 0, host_files = 0;
 };
 
 // The HTTP edge (docs/operations.md "Connections", api/connection_slots.h). A count of 0
@@ -81,6 +116,9 @@ struct DaemonConfig {
   SessionDefaults defaults;
   SessionMaxima maxima;
   TenantQuotaDefaults quotas;
+  SessionBudgets budgets;
+  BlockIoConfig block_io;
+  AdmissionConfig admission;
   ConnectionConfig connections;
 
   // Reads a JSON config file over the defaults.

@@ -10,11 +10,13 @@
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
+#include <algorithm>
 #include <cassert>
 #include <cstdio>
 #include <future>
 
 #include "common/fs.h"
+#include "common/nofile.h"
 #include "runtime/jail.h"
 #include "session/exec_env.h"
 #include "session/state.h"
@@ -45,9 +47,38 @@ SessionManager::SessionManager(const DaemonConfig& config, store::Store& store)
 
 Result<std::unique_ptr<SessionManager>> SessionManager::open(const DaemonConfig& config, store::Store& store) {
   std::unique_ptr<SessionManager> m(new SessionManager(config, store));
-  auto backend = runtime::open_jail_backend(static_cast<uint32_t>(config.uid_slots));
+  runtime::JailOptions options;
+  options.uid_slots = static_cast<uint32_t>(config.uid_slots);
+  options.budgets.sigpending = config.budgets.sigpending;
+  options.budgets.msgqueue_bytes = config.budgets.msgqueue_bytes;
+  options.budgets.memlock_bytes = config.budgets.memlock_bytes;
+  for (const auto& [name, value] : config.budgets.user_namespace) {
+    auto& limits = options.budgets.user_ns;
+    auto it = std::ranges::find_if(limits, [&](const auto& l) { return l.name == name; });
+    if (it != limits.end()) it->value = value;
+    else limits.push_back({name, value});
+  }
+  options.pty_max = static_cast<uint32_t>(config.budgets.ptys);
+  const BlockIoConfig& bio = config.block_io;
+  runtime::BlockIoRequest io{static_cast<uint32_t>(bio.weight), bio.read_bps, bio.write_bps, bio.read_iops,
+                             bio.write_iops, bio.devices};
+  if (io.paths.empty()) io.paths = {config.templates_dir, config.state_dir};
+  std::vector<std::string> notes;
+  auto limits = runtime::resolve_block_io(io, notes);
+  if (!limits) return std::unexpected(limits.error());
+  for (const auto& note : notes) std::fprintf(stderr, "cela: %s\n", note.c_str());
+  options.io = std::move(*limits);
+  auto backend = runtime::open_jail_backend(options);
   if (!backend) return std::unexpected(backend.error());
   m->backend_ = std::move(*backend);
+  auto capacity = HostCapacity::measure(config.admission);
+  if (!capacity) return std::unexpected(capacity.error());
+  m->admission_.set_host(*capacity, config.admission);  // before the reactor runs
+  std::fprintf(stderr,
+               "cela: admission: the host has %llu MiB, %llu pids, %llu open files; overcommit %g, %g, %g\n",
+               static_cast<unsigned long long>(capacity->memory_mb), static_cast<unsigned long long>(capacity->pids),
+               static_cast<unsigned long long>(capacity->files), config.admission.memory_overcommit,
+               config.admission.pids_overcommit, config.admission.files_overcommit);
   if (auto r = make_dirs(m->output_dir_, 0700); !r) return std::unexpected(r.error());
   m->reactor_work_.emplace(asio::make_work_guard(m->reactor_));
   m->reactor_thread_ = std::thread([mp = m.get()] { mp->reactor_.run(); });
@@ -137,7 +168,9 @@ void SessionManager::create(const Caller& caller, CreateSessionSpec spec, std::c
 void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Clock::time_point began,
                               Done<SessionRecord> done) {
   assert_on_reactor();
+  std::optional<HostGrant> granted;
   auto give_back = [&](const Error& e) {
+    if (granted) admission_.give_back(*granted);
     admission_.release();
     full_ = admission_.full();
     done(std::unexpected(e));
@@ -146,6 +179,9 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
   auto tenant = store_.get_tenant(caller.tenant_id);
   if (!tenant) return give_back(tenant.error());
   if (auto q = Admission::check_quota(store_, *tenant, spec.limits); !q) return give_back(q.error());
+  HostGrant grant = HostGrant::of(spec.limits, nofile_grant(config_.exec_nofile));
+  if (auto g = admission_.take(grant); !g) return give_back(g.error());
+  granted = grant;
   auto tmpl = rootfs::load_template(templates_, spec.template_name);
   if (!tmpl) {
     if (tmpl.error().code == ErrorCode::not_found)
@@ -156,6 +192,7 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
     if (auto ok = dev_template_allowed(caller, spec.template_name); !ok) return give_back(ok.error());
 
   auto session = std::make_shared<Session>();
+  session->grant = grant;
   session->tmpl = *tmpl;
   session->limits = spec.limits;
   session->env = spec.env;
@@ -215,6 +252,7 @@ void SessionManager::booted(std::shared_ptr<Session> session, Result<std::unique
       unrecorded_[r.id] = r;
     }
     retry_unrecorded();
+    admission_.give_back(session->grant);
     admission_.release();
     full_ = admission_.full();
     done(std::unexpected(e));
@@ -285,6 +323,7 @@ void SessionManager::terminate(const std::shared_ptr<Session>& session, std::str
   }
   sessions_.erase(r.id);
   live_count_ = static_cast<int64_t>(sessions_.size());
+  admission_.give_back(session->grant);
   admission_.release();
   full_ = admission_.full();
 }

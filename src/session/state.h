@@ -12,6 +12,7 @@
 
 #include "rootfs/template.h"
 #include "runtime/runtime.h"
+#include "session/admission.h"
 #include "session/exec_outcome.h"
 #include "session/output.h"
 #include "session/types.h"
@@ -58,6 +59,7 @@ struct Session {
   store::SessionRecord record;
   rootfs::Template tmpl;
   SessionLimits limits;
+  HostGrant grant;  // held in Admission from admission to the end
   std::vector<std::string> env;
   bool allow_sudo = false;
   std::unique_ptr<runtime::Instance> instance;

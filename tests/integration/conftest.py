@@ -234,13 +234,18 @@ def background():
 
     yield start
     for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_process(p)
+
+
+def stop_process(p, grace=10):
+    """SIGTERM to a process we started, SIGKILL if it is still there after `grace` s."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(grace)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def base_available():

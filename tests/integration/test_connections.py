@@ -120,6 +120,28 @@ def open_fds(pid):
     return sorted(int(n) for n in os.listdir(f"/proc/{pid}/fd"))
 
 
+def prlimit_as_namespace_owner(pid, which, limits):
+    """prlimit on a sandbox process from a child whose effective uid owns the process's
+    user namespace (the session's slot uid): the kernel gives a namespace's owner every
+    capability in it, which host root here lacks CAP_SYS_RESOURCE for."""
+    import fcntl
+    import struct
+    fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY)
+    try:
+        owner = struct.unpack("I", fcntl.ioctl(fd, 0xb704, b"\0" * 4))[0]  # NS_GET_OWNER_UID
+    finally:
+        os.close(fd)
+    child = os.fork()
+    if child == 0:
+        try:
+            os.setresuid(-1, owner, -1)
+            resource.prlimit(pid, which, limits)
+            os._exit(0)
+        except BaseException:
+            os._exit(1)
+    assert os.waitpid(child, 0)[1] == 0, "prlimit as the namespace's owner failed"
+
+
 def session_inits(daemon):
     """Host pids of the daemon's session inits (its only children)."""
     pids = []
@@ -376,7 +398,7 @@ def test_an_exec_never_gets_more_descriptors_than_the_daemon_holds(daemon_factor
     # limit was lower; here lowered from outside, as raising needs CAP_SYS_RESOURCE):
     # its execs get what it holds instead of failing on EPERM.
     (init_pid,) = session_inits(daemon)
-    resource.prlimit(init_pid, resource.RLIMIT_NOFILE, (512, 512))
+    prlimit_as_namespace_owner(init_pid, resource.RLIMIT_NOFILE, (512, 512))
     r = daemon.run(sid, "ulimit -n; ulimit -Hn")
     assert r["state"] == "exited" and r["stdout"] == "512\n512\n", r
     fresh = daemon.session()

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -242,6 +244,104 @@ TEST_F(CgroupV1Host, ApplyWritesV1LimitsInEitherDirection) {
   EXPECT_GT(std::stoull(slurp(memory / "memory.limit_in_bytes")), 1ull << 60);
   EXPECT_EQ(slurp(cpu / "cpu.cfs_quota_us"), "-1");
   EXPECT_EQ(slurp(dir("pids", cg.name()) / "pids.max"), "max");
+}
+
+// v1 charges socket buffers only to cgroups whose kmem.tcp limit was written: the
+// session's gets its memory limit, and a per-exec child turns the accounting on so
+// sockets its tasks create count against the session's counter above it.
+TEST_F(CgroupV1Host, SocketBuffersOfAnExecChildAreChargedToTheSession) {
+  Cgroup& cg = create(*host_);
+  fs::path tcp = dir("memory", cg.name()) / "memory.kmem.tcp.limit_in_bytes";
+  if (!fs::exists(tcp)) GTEST_SKIP() << "kernel without v1 tcp accounting";
+  ASSERT_TRUE(cg.apply({.memory_bytes = 64 * kMiB, .cpus = 0, .pids = 64}));
+  EXPECT_EQ(slurp(tcp), std::to_string(64 * kMiB));
+  auto child = cg.create_child("e-1");
+  ASSERT_TRUE(child) << child.error().message();
+  ReadySignal ready;
+  pid_t pid = start_in(**child, [&]() -> int {
+    int srv = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (::bind(srv, reinterpret_cast<sockaddr*>(&addr), len) != 0 || ::listen(srv, 1) != 0 ||
+        ::getsockname(srv, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+      return 91;
+    int c = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    (void)::connect(c, reinterpret_cast<sockaddr*>(&addr), len);
+    int peer = ::accept(srv, nullptr, nullptr);  // never read
+    if (peer < 0) return 92;
+    pollfd out{c, POLLOUT, 0};
+    if (::poll(&out, 1, 5000) != 1) return 93;
+    static char chunk[65536];
+    for (int i = 0; i < 64; ++i) (void)::send(c, chunk, sizeof chunk, MSG_DONTWAIT);
+    ready.send();
+    ::pause();
+    return 0;
+  });
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(ready.wait());
+  EXPECT_GT(std::stoull(slurp(dir("memory", cg.name()) / "memory.kmem.tcp.usage_in_bytes")), kMiB);
+  ::kill(pid, SIGKILL);
+  EXPECT_TRUE(killed_by_sigkill(wait_exit(pid)));
+  ASSERT_TRUE((*child)->destroy());
+}
+
+// Block I/O limits exist only when the host is opened with some: then every sandbox
+// gets a blkio cgroup holding the throttles (the weight where a proportional policy
+// exists), removed with it.
+TEST_F(CgroupV1Host, BlockIoLimitsGoToBlkioOnlyWhenConfigured) {
+  if (!fs::exists(kRoot / "blkio")) GTEST_SKIP() << "no blkio hierarchy";
+  Cgroup& plain = create(*host_);
+  EXPECT_FALSE(fs::exists(dir("blkio", plain.name())));
+  EXPECT_FALSE(host_->io_support().throttle);  // not asked for
+
+  auto disk = whole_disk_of("/");
+  ASSERT_TRUE(disk) << disk.error().message();
+  if (!*disk) GTEST_SKIP() << "/ is not on a block device";
+  IoLimits io{.weight = 300, .devices = {{.major = (*disk)->first, .minor = (*disk)->second,
+                                          .read_bps = 4 * kMiB, .write_iops = 500}}};
+  auto host = open_cgroup_host(mode_, kRoot, {.io = io});
+  ASSERT_TRUE(host) << host.error().message();
+  IoSupport support = (*host)->io_support();
+  Cgroup& cg = create(**host);
+  ASSERT_TRUE(cg.apply({.memory_bytes = 0, .cpus = 0, .pids = 16}));
+  fs::path blkio = dir("blkio", cg.name());
+  ASSERT_TRUE(fs::is_directory(blkio));
+  std::string dev = std::to_string((*disk)->first) + ":" + std::to_string((*disk)->second);
+  if (support.throttle) {
+    EXPECT_EQ(slurp(blkio / "blkio.throttle.read_bps_device"), dev + " " + std::to_string(4 * kMiB));
+    EXPECT_EQ(slurp(blkio / "blkio.throttle.write_iops_device"), dev + " 500");
+    EXPECT_EQ(slurp(blkio / "blkio.throttle.write_bps_device"), "");  // 0: no limit written
+  }
+  if (fs::exists(blkio / "blkio.weight")) {
+    EXPECT_EQ(slurp(blkio / "blkio.weight"), "300");
+  } else if (fs::exists(blkio / "blkio.bfq.weight")) {
+    EXPECT_EQ(slurp(blkio / "blkio.bfq.weight"), "300");
+    EXPECT_TRUE(support.weight);
+  }
+  // v1 throttles each cgroup on its own: an exec child stays in the sandbox's blkio
+  // cgroup and shares its limits.
+  auto child = cg.create_child("e-1");
+  ASSERT_TRUE(child) << child.error().message();
+  EXPECT_TRUE(fs::is_directory(dir("memory", cg.name()) / "e-1"));
+  EXPECT_FALSE(fs::exists(blkio / "e-1"));
+  ASSERT_TRUE((*child)->destroy());
+  ASSERT_TRUE(cg.destroy());
+  EXPECT_FALSE(fs::exists(blkio));
+}
+
+// A cela opened without block I/O limits still finds and removes leftovers another
+// (configured) cela left in blkio.
+TEST_F(CgroupV1Host, RemoveStaleReachesBlkioLeftoversWithoutBlockIoLimits) {
+  if (!fs::exists(kRoot / "blkio")) GTEST_SKIP() << "no blkio hierarchy";
+  std::string name = next_name();
+  fs::create_directories(dir("blkio", name) / "e-3");
+  auto names = host_->list();
+  ASSERT_TRUE(names);
+  EXPECT_NE(std::ranges::find(*names, name), names->end());
+  ASSERT_TRUE(host_->remove_stale(name));
+  EXPECT_FALSE(fs::exists(dir("blkio", name)));
 }
 
 TEST_F(CgroupV1Host, AttachKillAllAndDestroy) {

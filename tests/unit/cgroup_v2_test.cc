@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -210,6 +211,75 @@ TEST_F(CgroupV2Fake, CreateDelegatesControllersAndMakesTheNode) {
   EXPECT_EQ(by_fd.st_ino, by_path.st_ino);
   EXPECT_TRUE(::fcntl((*cg)->cgroup2_fd(), F_GETFD) & FD_CLOEXEC);
   make_node(node("s1"));
+}
+
+TEST_F(CgroupV2Fake, BlockIoLimitsDelegateIoAndWriteIoMaxAndWeight) {
+  IoLimits io{.weight = 200, .devices = {{.major = 254, .minor = 0, .read_bps = 1 << 20, .write_iops = 100},
+                                         {.major = 259, .minor = 16, .write_bps = 5 << 20}}};
+  auto host = open_cgroup_host(CgroupMode::unified, root_, {.io = io});
+  ASSERT_TRUE(host) << host.error().message();
+  EXPECT_TRUE((*host)->io_support().throttle);
+  auto cg = (*host)->create("s1");
+  ASSERT_TRUE(cg) << cg.error().message();
+  EXPECT_EQ(slurp(root_ / "cgroup.subtree_control"), "+memory +cpu +pids +io");
+  EXPECT_EQ(slurp(cela() / "cgroup.subtree_control"), "+memory +cpu +pids +io");
+  make_node(node("s1"));
+  put(node("s1") / "io.max", "");
+  put(node("s1") / "io.weight", "");
+  ASSERT_TRUE((*cg)->apply({.memory_bytes = 0, .cpus = 0, .pids = 8}));
+  // One write per device (the kernel keeps a line per device); a plain file shows the
+  // last, longer one over the first.
+  EXPECT_EQ(slurp(node("s1") / "io.max"), "259:16 rbps=max wbps=5242880 riops=max wiops=max");
+  EXPECT_EQ(slurp(node("s1") / "io.weight"), "default 200");
+}
+
+TEST_F(CgroupV2Fake, BlockIoNeedsTheIoControllerAtTheRoot) {
+  put(root_ / "cgroup.controllers", "cpu memory pids\n");
+  auto host = open_cgroup_host(CgroupMode::unified, root_, {.io = {.weight = 50, .devices = {}}});
+  ASSERT_TRUE(host) << host.error().message();
+  EXPECT_FALSE((*host)->io_support().weight);
+  auto cg = (*host)->create("s1");
+  ASSERT_TRUE(cg);
+  EXPECT_EQ(slurp(root_ / "cgroup.subtree_control"), "+memory +cpu +pids");
+  make_node(node("s1"));
+  ASSERT_TRUE((*cg)->apply({.memory_bytes = 0, .cpus = 0, .pids = 8}));  // no io files: skipped
+  EXPECT_FALSE(fs::exists(node("s1") / "io.weight"));
+}
+
+TEST(WholeDisk, FindsTheDiskOfAPathOrNone) {
+  // This host: / is on a block device of /sys/dev/block; /dev/shm (tmpfs) is not.
+  auto root = whole_disk_of("/");
+  ASSERT_TRUE(root) << root.error().message();
+  if (*root) {
+    std::string node = "/sys/dev/block/" + std::to_string((*root)->first) + ":" + std::to_string((*root)->second);
+    EXPECT_TRUE(fs::exists(node)) << node;
+    EXPECT_FALSE(fs::exists(node + "/partition")) << node;
+  }
+  auto shm = whole_disk_of("/dev/shm");
+  ASSERT_TRUE(shm);
+  EXPECT_FALSE(*shm);
+  EXPECT_FALSE(whole_disk_of("/no/such/path"));
+
+  // A fake sysfs where the directory's device is a partition of disk 8:0.
+  char templ[] = "/tmp/cela-sys-XXXXXX";
+  ASSERT_NE(::mkdtemp(templ), nullptr);
+  fs::path sys = templ;
+  struct stat st = {};
+  ASSERT_EQ(::stat(templ, &st), 0);
+  fs::path part = sys / "dev/block" / (std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev)));
+  fs::create_directories(part);
+  put(part / "partition", "1\n");
+  put(part / "dev", "99:1\n");
+  put(part.parent_path() / "dev", "8:0\n");  // what <partition>/../dev reaches here
+  auto disk = whole_disk_of(templ, sys);
+  ASSERT_TRUE(disk) << disk.error().message();
+  ASSERT_TRUE(*disk);
+  EXPECT_EQ(**disk, (std::pair<uint32_t, uint32_t>{8, 0}));
+  fs::remove(part / "partition");
+  disk = whole_disk_of(templ, sys);
+  ASSERT_TRUE(disk && *disk);
+  EXPECT_EQ(**disk, (std::pair<uint32_t, uint32_t>{99, 1}));
+  fs::remove_all(sys);
 }
 
 TEST_F(CgroupV2Fake, CreateWritesOnlyControllersNotYetEnabled) {

@@ -8,10 +8,13 @@
 #include <boost/json.hpp>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 
 #include "common/encoding.h"
 #include "common/json_text.h"
+#include "common/json_fields.h"
 #include "session/admission.h"
+#include "session/config.h"
 #include "session/exec_env.h"
 #include "session/exec_outcome.h"
 #include "store/store.h"
@@ -230,6 +233,117 @@ TEST(Admission, TenantQuotasCountLiveSessions) {
     EXPECT_NE(count.error().context.find("2 live sessions"), std::string::npos) << count.error().context;
   }
   std::filesystem::remove_all(dir);
+}
+
+TEST(Admission, HostGrantsStayWithinCapacityTimesOvercommit) {
+  boost::asio::io_context io;
+  Admission a(io, 100);
+  SessionLimits limits;  // 512 MiB, 256 pids
+  HostGrant one = HostGrant::of(limits, 4096);
+  EXPECT_EQ(one.files, 4096u * 256);
+  EXPECT_TRUE(a.take(one));  // no host set: nothing checked
+  a.give_back(one);
+
+  AdmissionConfig ratios;
+  ratios.memory_overcommit = 1.5;  // 1536 MiB
+  ratios.pids_overcommit = 1;
+  ratios.files_overcommit = 1;
+  a.set_host({.memory_mb = 1024, .pids = 100000, .files = 1ull << 40}, ratios);
+  EXPECT_TRUE(a.take(one));
+  EXPECT_TRUE(a.take(one));
+  EXPECT_TRUE(a.take(one));  // 1536 of 1536
+  auto full = a.take(one);
+  ASSERT_FALSE(full);
+  EXPECT_EQ(full.error().code, ErrorCode::capacity_exceeded);
+  EXPECT_NE(full.error().context.find("1536 MiB of session memory granted"), std::string::npos)
+      << full.error().context;
+  EXPECT_EQ(a.granted().memory_mb, 1536u);  // a refusal takes nothing
+  a.give_back(one);
+  EXPECT_TRUE(a.take(one));
+
+  // pids and open files are tables of their own.
+  Admission b(io, 100);
+  b.set_host({.memory_mb = 1 << 20, .pids = 600, .files = 1ull << 40}, ratios);
+  EXPECT_TRUE(b.take(one));
+  EXPECT_TRUE(b.take(one));
+  auto pids = b.take(one);
+  ASSERT_FALSE(pids);
+  EXPECT_NE(pids.error().context.find("session pids"), std::string::npos) << pids.error().context;
+  Admission c(io, 100);
+  c.set_host({.memory_mb = 1 << 20, .pids = 1 << 20, .files = 3 * one.files - 1}, ratios);
+  EXPECT_TRUE(c.take(one));
+  EXPECT_TRUE(c.take(one));
+  auto files = c.take(one);
+  ASSERT_FALSE(files);
+  EXPECT_NE(files.error().context.find("open files"), std::string::npos) << files.error().context;
+  // A huge request never wraps around.
+  EXPECT_FALSE(c.take({.memory_mb = 0, .pids = 0, .files = UINT64_MAX}));
+}
+
+TEST(Admission, HostCapacityIsMeasuredUnderProcOrConfigured) {
+  auto proc = std::filesystem::temp_directory_path() / ("cela-proc-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(proc / "sys/kernel");
+  std::filesystem::create_directories(proc / "sys/fs");
+  std::ofstream(proc / "meminfo") << "MemTotal:       24683924 kB\nMemFree:        21779000 kB\n";
+  std::ofstream(proc / "sys/kernel/pid_max") << "32768\n";
+  std::ofstream(proc / "sys/kernel/threads-max") << "192726\n";
+  std::ofstream(proc / "sys/fs/file-max") << "2466126\n";
+  auto c = HostCapacity::measure({}, proc.string());
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->memory_mb, 24683924u / 1024);
+  EXPECT_EQ(c->pids, 32768u);
+  EXPECT_EQ(c->files, 2466126u);
+  AdmissionConfig set;
+  set.host_memory_mb = 1000;
+  set.host_files = 7;
+  c = HostCapacity::measure(set, proc.string());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->memory_mb, 1000u);
+  EXPECT_EQ(c->pids, 32768u);
+  EXPECT_EQ(c->files, 7u);
+  std::filesystem::remove(proc / "meminfo");
+  EXPECT_FALSE(HostCapacity::measure({}, proc.string()));
+  std::filesystem::remove_all(proc);
+}
+
+TEST(DaemonConfigBudgets, SectionsParseAndBadValuesAreRefused) {
+  auto load = [](std::string_view text) {
+    auto o = parse_json_object(text);
+    EXPECT_TRUE(o) << text;
+    return DaemonConfig::from_json(*o);
+  };
+  auto c = load(R"({"session_budgets": {"sigpending": 100, "msgqueue_bytes": 4096, "memlock_bytes": 65536,
+                                        "ptys": 8, "user_namespace": {"max_inotify_instances": 16}},
+                   "block_io": {"weight": 200, "read_bps": 1048576, "devices": ["/var"]},
+                   "admission": {"overcommit": {"memory": 1.5, "pids": 3, "files": 10},
+                                 "host": {"memory_mb": 4096}}})");
+  ASSERT_TRUE(c) << c.error().message();
+  EXPECT_EQ(c->budgets.sigpending, 100u);
+  EXPECT_EQ(c->budgets.msgqueue_bytes, 4096u);
+  EXPECT_EQ(c->budgets.memlock_bytes, 65536u);
+  EXPECT_EQ(c->budgets.ptys, 8u);
+  EXPECT_EQ(c->budgets.user_namespace, (std::map<std::string, uint64_t>{{"max_inotify_instances", 16}}));
+  EXPECT_EQ(c->block_io.weight, 200u);
+  EXPECT_EQ(c->block_io.read_bps, 1048576u);
+  EXPECT_EQ(c->block_io.devices, std::vector<std::string>{"/var"});
+  EXPECT_EQ(c->admission.memory_overcommit, 1.5);
+  EXPECT_EQ(c->admission.pids_overcommit, 3);
+  EXPECT_EQ(c->admission.files_overcommit, 10);
+  EXPECT_EQ(c->admission.host_memory_mb, 4096u);
+  auto d = load("{}");
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->budgets.ptys, 64u);
+  EXPECT_EQ(d->admission.memory_overcommit, 2.0);
+  for (const char* bad : {R"({"session_budgets": {"ptys": 0}})", R"({"session_budgets": {"pty": 8}})",
+                          R"({"session_budgets": {"user_namespace": {"max_inotify_instances": -1}}})",
+                          R"({"block_io": {"weight": 20000}})", R"({"admission": {"overcommit": {"memory": 0}}})",
+                          R"({"admission": {"overcommit": {"disk": 2}}})"}) {
+    auto r = load(bad);
+    EXPECT_FALSE(r) << bad;
+    if (!r) {
+      EXPECT_EQ(r.error().code, ErrorCode::invalid_argument) << bad;
+    }
+  }
 }
 
 }  // namespace
