@@ -1,5 +1,7 @@
 #include "jail/file_writer.h"
 
+#include "jail/init_process.h"
+
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <sched.h>
@@ -214,7 +216,8 @@ namespace {
 // The capabilities a helper keeps (in the sandbox's user namespace only).
 constexpr int kHelperCaps[] = {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER};
 
-[[noreturn]] void run_helper(const std::vector<int>& tasks, int userns, int in, int out, int fd3, char** argv) {
+[[noreturn]] void run_helper(const std::vector<int>& tasks, int userns, int in, int out, int fd3, int image,
+                            char** argv) {
   if (int code = enter_accounting(tasks)) ::_exit(code);
   // Root of the sandbox's user namespace: capabilities over what the sandbox owns only.
   if (::setns(userns, CLONE_NEWUSER) != 0) ::_exit(kExitSetup);
@@ -227,12 +230,14 @@ constexpr int kHelperCaps[] = {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH,
     if (!keep && ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) ::_exit(kExitSetup);
   }
   if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) ::_exit(kExitSetup);
-  if (::dup2(in, 0) != 0 || ::dup2(out, 1) != 1 || ::dup2(fd3, 3) != 3) ::_exit(kExitSetup);
+  if (::dup2(in, 0) != 0 || ::dup2(out, 1) != 1 || ::dup2(fd3, 3) != 3 || ::dup3(image, 4, O_CLOEXEC) != 4)
+    ::_exit(kExitSetup);
   int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
   if (null < 0 || ::dup2(null, 2) != 2) ::_exit(kExitSetup);
-  if (::syscall(SYS_close_range, 4, ~0U, 0) != 0) ::_exit(kExitSetup);
+  if (::syscall(SYS_close_range, 5, ~0U, 0) != 0) ::_exit(kExitSetup);
+  // From the sealed image, as init: no process in a sandbox's namespaces runs the host file.
   char* envp[] = {nullptr};
-  ::execve("/proc/self/exe", argv, envp);
+  ::syscall(SYS_execveat, 4, "", argv, envp, AT_EMPTY_PATH);
   ::_exit(kExitSetup);
 }
 
@@ -249,6 +254,10 @@ Result<HelperProcess> spawn_helper(const CgroupEntry& entry, int userns_fd, cons
   auto out = in ? above(std::move(out_w), 3, "helper stdout") : Result<UniqueFd>(std::unexpected(in.error()));
   auto third = out ? above(std::move(fd3), 3, "helper fd 3") : Result<UniqueFd>(std::unexpected(out.error()));
   if (!third) return std::unexpected(third.error());
+  auto image = sealed_init_image();
+  if (!image) return std::unexpected(image.error());
+  UniqueFd image_fd(::fcntl(*image, F_DUPFD_CLOEXEC, 5));  // off the child's dup targets 0-4
+  if (!image_fd) return sys_fail("dup init image");
   std::vector<int> tasks;
   for (const auto& fd : entry.tasks) tasks.push_back(fd.get());
   // argv is built before clone3: the child may not allocate.
@@ -261,7 +270,7 @@ Result<HelperProcess> spawn_helper(const CgroupEntry& entry, int userns_fd, cons
   int pidfd = -1;
   auto pid = clone_into(entry, pidfd, "helper");
   if (!pid) return std::unexpected(pid.error());
-  if (*pid == 0) run_helper(tasks, userns_fd, in->get(), out->get(), third->get(), argv.data());
+  if (*pid == 0) run_helper(tasks, userns_fd, in->get(), out->get(), third->get(), image_fd.get(), argv.data());
   HelperProcess h;
   h.pid = *pid;
   h.pidfd.reset(pidfd);

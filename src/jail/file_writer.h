@@ -56,7 +56,8 @@ struct FileWriterProcess {
 Result<FileWriterProcess> spawn_file_writer(const CgroupEntry& entry, UniqueFd dest, uid_t uid,
                                             gid_t gid);
 
-// A helper: `cela <args...>` re-executed as the sandbox's root inside the sandbox's user
+// A helper: `cela <args...>` executed from the sealed init image (jail/init_process.h)
+// as the sandbox's root inside the sandbox's user
 // namespace, in its cgroups (the archive import, which must create directories, links
 // and files owned by the sandbox's users). Capabilities: only CAP_CHOWN,
 // CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH and CAP_FOWNER, and those only in the sandbox's

@@ -392,6 +392,8 @@ def _inspect_helper(daemon, sid, s, body):
     # CAP_CHOWN | CAP_DAC_OVERRIDE | CAP_DAC_READ_SEARCH | CAP_FOWNER
     assert int(field["CapEff"], 16) == 0xF and int(field["CapBnd"], 16) == 0xF, field["CapBnd"]
     assert field["NoNewPrivs"] == "1"
+    # It runs from the sealed init image, never the host's cela binary.
+    assert os.readlink(f"/proc/{pid}/exe").startswith("/memfd:"), os.readlink(f"/proc/{pid}/exe")
     # Nothing of the daemon's came along: no socket, nothing under its state dir.
     targets = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
     assert not [t for t in targets if t.startswith("socket:") or t.startswith(daemon.dir)], targets
