@@ -441,7 +441,8 @@ Result<std::unique_ptr<Backend>> open_jail_backend(const JailOptions& options) {
   if (!mode) return std::unexpected(mode.error());
   auto host = jail::open_cgroup_host(*mode, "/sys/fs/cgroup", {.io = options.io});
   if (!host) return std::unexpected(host.error());
-  // Compiled once; the re-executed inits load it from the same cache.
+  // Compiled once per daemon (from the cache when this binary compiled it before);
+  // every init gets it as a sealed memfd (agent/seccomp_program.h).
   auto seccomp = jail::cached_seccomp_program();
   if (!seccomp) return std::unexpected(seccomp.error());
   // The one sealed copy of cela every session's init runs from, made before the first

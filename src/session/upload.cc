@@ -10,9 +10,11 @@
 #include <boost/json.hpp>
 #include <charconv>
 #include <filesystem>
+#include <limits>
 #include <string>
 
 #include "common/fs.h"
+#include "common/json_fields.h"
 #include "common/json_text.h"
 
 namespace cela::session {
@@ -105,36 +107,26 @@ Result<uint64_t> ArchiveImport::finish() {
     out.append(buf, static_cast<size_t>(n));
     if (out.size() > 65536) break;
   }
-  boost::system::error_code ec;
-  auto v = boost::json::parse(out, ec);
-  if (ec || !v.is_object())
+  auto o = parse_json_object(out, "the archive import helper's answer");
+  if (!o)
     return fail(ErrorCode::internal, "the archive import helper gave no answer (status " + std::to_string(*status) + ")");
-  const auto& o = v.as_object();
-  if (auto* n = o.if_contains("entries"); n && n->is_number()) return n->to_number<uint64_t>();
-  const auto* e = o.if_contains("error");
-  if (!e || !e->is_object()) return fail(ErrorCode::internal, "malformed answer of the archive import helper");
-  const auto& eo = e->as_object();
+  JsonFields answer(*o);
+  auto malformed = [] { return fail(ErrorCode::internal, "malformed answer of the archive import helper"); };
+  auto entries = answer.integer("entries");
+  if (!entries) return malformed();
+  if (*entries && **entries >= 0) return static_cast<uint64_t>(**entries);
+  auto e = answer.object("error");
+  if (!e || !*e) return malformed();
+  auto code = (*e)->string("code");
+  auto err_no = (*e)->integer("err");
+  auto context = (*e)->string("context");
+  if (!code || !err_no || !context) return malformed();
   Error err;
-  if (auto* c = eo.if_contains("code"); c && c->is_string()) err.code = error_code_named(c->as_string());
-  if (auto* n = eo.if_contains("err"); n && n->is_number()) err.err = n->to_number<int>();
-  if (auto* t = eo.if_contains("context"); t && t->is_string()) err.context = std::string(t->as_string());
+  if (*code) err.code = error_code_named(**code);
+  if (*err_no) err.err = static_cast<int>(**err_no);
+  if (*context) err.context = **context;
   return std::unexpected(err);
 }
-
-namespace {
-
-std::optional<uint64_t> read_count(const std::string& path) {
-  auto t = read_file(path);
-  if (!t) return std::nullopt;
-  std::string s(*t);
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  uint64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;  // "max"
-  return v;
-}
-
-}  // namespace
 
 std::optional<uint64_t> memory_headroom(std::string_view proc_cgroup, const std::string& cgroup_root) {
   const bool v1 = std::filesystem::exists(cgroup_root + "/memory");
@@ -154,10 +146,10 @@ std::optional<uint64_t> memory_headroom(std::string_view proc_cgroup, const std:
     } else {
       continue;
     }
-    auto limit = read_count(dir + limit_file);
-    auto usage = read_count(dir + usage_file);
-    if (limit && usage) return *limit > *usage ? *limit - *usage : 0;
-    return std::nullopt;  // no limit ("max"), or unreadable
+    auto limit = read_u64(dir + limit_file);
+    auto usage = read_u64(dir + usage_file);
+    if (!limit || !usage || *limit == std::numeric_limits<uint64_t>::max()) return std::nullopt;  // unreadable, or "max"
+    return *limit > *usage ? *limit - *usage : 0;
   }
   return std::nullopt;
 }
