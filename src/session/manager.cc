@@ -490,11 +490,8 @@ Result<std::shared_ptr<SessionFs>> SessionManager::files(const Caller& caller, c
   return std::make_shared<SessionFs>(std::move(view->root), view->uid, view->gid, fs_limits());
 }
 
-Result<void> SessionManager::check_declared(const FsView& view, const std::string& path,
-                                           std::optional<uint64_t> declared) const {
-  if (!declared) return {};
-  if (*declared > config_.max_upload_bytes)
-    return fail(ErrorCode::limit, "larger than " + std::to_string(config_.max_upload_bytes) + " bytes: " + path);
+Result<void> SessionManager::check_declared(const FsView& view, std::optional<uint64_t> declared) const {
+  if (!declared) return {};  // the per-request limit was checked before the view was taken
   // The writable layer is a tmpfs: free blocks of the overlay's upper, and its pages
   // count against the session's memory limit.
   struct statfs fs {};
@@ -513,7 +510,7 @@ Result<std::unique_ptr<Upload>> SessionManager::open_upload(const Caller& caller
     return fail(ErrorCode::limit, "file larger than " + std::to_string(config_.max_upload_bytes) + " bytes: " + path);
   auto view = fs_view(caller, session_id, true, declared_bytes);
   if (!view) return std::unexpected(view.error());
-  if (auto r = check_declared(*view, path, declared_bytes); !r) return std::unexpected(r.error());
+  if (auto r = check_declared(*view, declared_bytes); !r) return std::unexpected(r.error());
   SessionFs fs(std::move(view->root), view->uid, view->gid, fs_limits());
   auto file = fs.open_upload(path, options);
   if (!file) return std::unexpected(file.error());
@@ -531,7 +528,7 @@ Result<std::unique_ptr<ArchiveImport>> SessionManager::open_import(const Caller&
     return fail(ErrorCode::limit, "archive larger than " + std::to_string(config_.max_upload_bytes) + " bytes");
   auto view = fs_view(caller, session_id, true, declared_bytes);
   if (!view) return std::unexpected(view.error());
-  if (auto r = check_declared(*view, path, declared_bytes); !r) return std::unexpected(r.error());
+  if (auto r = check_declared(*view, declared_bytes); !r) return std::unexpected(r.error());
   // A missing or wrong target is answered before the body.
   auto root = ::fcntl(view->root.get(), F_DUPFD_CLOEXEC, 3);
   if (root < 0) return sys_fail("dup the session root");

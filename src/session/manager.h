@@ -178,8 +178,9 @@ class SessionManager {
                          std::optional<uint64_t> declared = std::nullopt);
   static constexpr uint64_t kMemoryCheckBytes = 1 << 20;
   FsLimits fs_limits() const;
-  // limit when `declared` cannot fit (max_upload_bytes, free disk, memory headroom).
-  Result<void> check_declared(const FsView& view, const std::string& path, std::optional<uint64_t> declared) const;
+  // limit when `declared` cannot fit the session (free disk, memory headroom); callers
+  // check max_upload_bytes first, before taking the view.
+  Result<void> check_declared(const FsView& view, std::optional<uint64_t> declared) const;
 
   DaemonConfig config_;
   store::Store& store_;
