@@ -565,15 +565,13 @@ void Connection::on_chunk_taken(bool more) {
 
 void Connection::end_body() {
   disarm_read_deadline();
-  auto sink = std::move(sink_);
-  sink_.reset();
+  auto sink = std::move(sink_);  // leaves sink_ empty
   sink->finish();
 }
 
 void Connection::abort_body(const ApiError& why) {
   disarm_read_deadline();
-  auto sink = std::move(sink_);
-  sink_.reset();
+  auto sink = std::move(sink_);  // leaves sink_ empty
   if (sink) sink->abort(why);
 }
 
