@@ -79,6 +79,15 @@ extern const RouteDoc exec_output;
 extern const RouteDoc write_stdin;
 extern const RouteDoc kill_exec;
 
+// ---- templates (routes_templates.cc; docs in route_docs_templates.cc) ----
+extern const RouteDoc list_templates;
+extern const RouteDoc get_template;
+extern const RouteDoc delete_template_version;
+extern const RouteDoc snapshot_session;
+extern const RouteDoc create_template;
+extern const RouteDoc get_template_build;
+extern const RouteDoc import_template;
+
 extern const RouteDoc write_file;
 extern const RouteDoc read_file;
 extern const RouteDoc stat_file;

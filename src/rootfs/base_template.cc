@@ -32,6 +32,7 @@
 #include "common/fd.h"
 #include "common/fs.h"
 #include "rootfs/build_process.h"
+#include "rootfs/layers.h"
 #include "rootfs/store_io.h"
 
 namespace cela::rootfs {
@@ -172,25 +173,6 @@ std::vector<std::string> tool_environment() {
     if (const char* value = std::getenv(name)) env.push_back(std::string(name) + "=" + value);
   }
   return env;
-}
-
-// "2026.11.29-N" with N one past the highest existing version of today.
-std::string next_version(const std::string& template_dir) {
-  std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  ::gmtime_r(&now, &tm);
-  char date[16];
-  std::strftime(date, sizeof date, "%Y.%m.%d-", &tm);
-  int highest = 0;
-  if (DIR* d = ::opendir(template_dir.c_str())) {
-    while (const dirent* e = ::readdir(d)) {
-      std::string_view name(e->d_name);
-      if (!name.starts_with(date)) continue;
-      highest = std::max(highest, std::atoi(std::string(name.substr(std::strlen(date))).c_str()));
-    }
-    ::closedir(d);
-  }
-  return date + std::to_string(highest + 1);
 }
 
 Result<void> remove_if_present(const std::string& path) {
@@ -460,7 +442,7 @@ Result<Template> build_base_template(const TemplateStore& store_in,
   UniqueFd log(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600));
   if (!log) return sys_fail("open " + log_path);
 
-  const std::string version = next_version(store.root + "/base");
+  const std::string version = next_version_name(store, "base");
   const std::string layer = staged->layer_dir();
   BaseBuild build(store, options, *mirror, layer, log.get());
   auto step_failed = [&](const Error& e) -> Result<Template> {
@@ -501,6 +483,9 @@ Result<Template> build_base_template(const TemplateStore& store_in,
   t.allow_sudo = true;
   t.dev_only = false;
   t.recipe = recipe;
+  t.built_by = "host";
+  t.source = "debootstrap";
+  t.size_bytes = tree_bytes(layer);
   auto committed = staged->commit(t);
   if (!committed) return committed;
   step_done();

@@ -165,6 +165,8 @@ Result<Template> ensure_host_template(const TemplateStore& store) {
   t.binds = {{"/usr", "/usr"}};
   t.allow_sudo = false;
   t.dev_only = true;
+  t.source = "host";
+  t.built_by = "host";
   t.recipe = sha256_hex(kHostRecipe);
   auto committed = staged->commit(t);
   if (committed) std::fprintf(stderr, "host: generated version %s\n", version.c_str());

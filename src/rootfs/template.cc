@@ -9,6 +9,10 @@
 #include <algorithm>
 #include <boost/json.hpp>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <tuple>
 #include <filesystem>
 #include <utility>
 
@@ -102,6 +106,22 @@ json::object to_object(const Template& t) {
   obj["binds"] = std::move(binds);
   obj["recipe"] = t.recipe;
   obj["packages"] = std::move(packages);
+  if (!t.layer_meta.empty()) {
+    json::array meta;
+    for (const auto& m : t.layer_meta)
+      meta.emplace_back(json::object{{"digest", m.digest}, {"size_bytes", m.size_bytes}, {"created_by", m.created_by}});
+    obj["layer_meta"] = std::move(meta);
+  }
+  if (!t.env.empty()) {
+    json::array env;
+    for (const auto& e : t.env) env.emplace_back(e);
+    obj["env"] = std::move(env);
+  }
+  if (!t.workdir.empty()) obj["workdir"] = t.workdir;
+  if (!t.built_by.empty()) obj["built_by"] = t.built_by;
+  obj["size_bytes"] = t.size_bytes;
+  if (!t.parent.empty()) obj["parent"] = t.parent;
+  if (!t.source.empty()) obj["source"] = t.source;
   return obj;
 }
 
@@ -135,6 +155,38 @@ Result<Template> parse_manifest(const std::string& text, const std::string& path
     if (*v) *field = std::move(**v);
   }
   if (t.layers.empty()) return bad(Error{ErrorCode::internal, 0, "no layers"});
+  for (auto [key, field] : {std::pair{"workdir", &t.workdir}, std::pair{"built_by", &t.built_by},
+                            std::pair{"parent", &t.parent}, std::pair{"source", &t.source}}) {
+    auto v = f.string(key);
+    if (!v) return bad(v.error());
+    *field = v->value_or("");
+  }
+  if (auto env = f.string_array("env"); !env) return bad(env.error());
+  else if (*env) t.env = std::move(**env);
+  auto size = f.integer("size_bytes");
+  if (!size) return bad(size.error());
+  t.size_bytes = static_cast<uint64_t>(std::max<int64_t>(0, size->value_or(0)));
+  auto meta = f.array("layer_meta");
+  if (!meta) return bad(meta.error());
+  if (*meta) {
+    for (const auto& item : **meta) {
+      if (!item.is_object()) return bad(Error{ErrorCode::internal, 0, "a layer_meta entry must be an object"});
+      JsonFields m(item.get_object(), "layer_meta[]");
+      auto digest = m.require_string("digest");
+      if (!digest) return bad(digest.error());
+      auto bytes = m.integer("size_bytes");
+      if (!bytes) return bad(bytes.error());
+      auto by = m.string("created_by");
+      if (!by) return bad(by.error());
+      t.layer_meta.push_back({*digest, static_cast<uint64_t>(std::max<int64_t>(0, bytes->value_or(0))), by->value_or("")});
+    }
+    if (t.layer_meta.size() != t.layers.size())
+      return bad(Error{ErrorCode::internal, 0, "layer_meta and layers differ in length"});
+  } else if (t.layers.size() == 1) {
+    t.layer_meta.push_back({t.digest, t.size_bytes, t.source});
+  } else {
+    for (size_t i = 0; i < t.layers.size(); ++i) t.layer_meta.push_back({"", 0, ""});
+  }
   auto user = f.object("user");
   if (!user) return bad(user.error());
   if (*user) {
@@ -260,6 +312,82 @@ Result<std::vector<Template>> list_templates(const TemplateStore& store) {
     if (auto t = load_template_version(store, name, trim(*current))) out.push_back(std::move(*t));
   }
   return out;
+}
+
+Result<std::vector<Template>> list_versions(const TemplateStore& store, const std::string& name) {
+  if (!valid_template_name(name))
+    return fail(ErrorCode::invalid_argument, "bad template name '" + name + "'");
+  std::vector<Template> out;
+  std::string dir = template_dir(store, name);
+  if (DIR* d = ::opendir(dir.c_str())) {
+    std::vector<std::string> versions;
+    while (const dirent* e = ::readdir(d))
+      if (e->d_name[0] != '.' && valid_template_name(e->d_name) && std::string_view(e->d_name) != "current")
+        versions.emplace_back(e->d_name);
+    ::closedir(d);
+    for (const auto& v : versions)
+      if (auto t = load_template_version(store, name, v)) out.push_back(std::move(*t));
+  } else if (errno != ENOENT) {
+    return sys_fail("opendir " + dir);
+  }
+  if (out.empty()) return fail(ErrorCode::not_found, "template " + name + " not found");
+  std::sort(out.begin(), out.end(), [](const Template& a, const Template& b) {
+    return std::tie(a.built_at, a.version) < std::tie(b.built_at, b.version);
+  });
+  return out;
+}
+
+Result<void> remove_version(const TemplateStore& store, const std::string& name, const std::string& version) {
+  if (!valid_template_name(name) || !valid_template_name(version))
+    return fail(ErrorCode::invalid_argument, "bad template name or version");
+  const std::string tdir = template_dir(store, name);
+  std::string vdir = version_dir(store, name, version);
+  struct stat st {};
+  if (::lstat((vdir + "/" + kManifest).c_str(), &st) != 0)
+    return fail(ErrorCode::not_found, "template " + name + " has no version " + version);
+  auto lock = BuildLock::acquire(tdir);
+  if (!lock) return std::unexpected(lock.error());
+  if (::lstat((vdir + "/" + kManifest).c_str(), &st) != 0)
+    return fail(ErrorCode::not_found, "template " + name + " has no version " + version);
+  std::string doomed = tdir + "/.deleting-XXXXXX";
+  if (::mkdtemp(doomed.data()) == nullptr) return sys_fail("mkdtemp " + doomed);
+  if (::rename(vdir.c_str(), (doomed + "/v").c_str()) != 0) {
+    auto e = sys_fail("rename " + vdir);
+    ::rmdir(doomed.c_str());
+    return std::unexpected(e.error());
+  }
+  auto removed = remove_tree(doomed);
+  auto rest = list_versions(store, name);
+  if (rest) {
+    if (auto r = set_current_version(store, name, rest->back().version); !r) return r;
+  } else {
+    ::unlink((tdir + "/current").c_str());
+    ::unlink((tdir + "/.lock").c_str());
+    ::rmdir(tdir.c_str());  // only when nothing else is left in it
+  }
+  return removed;
+}
+
+std::string next_version_name(const TemplateStore& store, const std::string& name) {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&now, &tm);
+  char date[16];
+  std::strftime(date, sizeof date, "%Y.%m.%d-", &tm);
+  int highest = 0;
+  if (DIR* d = ::opendir(template_dir(store, name).c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      std::string_view entry(e->d_name);
+      if (!entry.starts_with(date)) continue;
+      highest = std::max(highest, std::atoi(std::string(entry.substr(std::strlen(date))).c_str()));
+    }
+    ::closedir(d);
+  }
+  return date + std::to_string(highest + 1);
+}
+
+TemplateStore tenant_store(const TemplateStore& shared, const std::string& tenant_id) {
+  return {shared.root + "/.tenants/" + tenant_id, shared.cache};
 }
 
 Result<void> set_current_version(const TemplateStore& store, const std::string& name,

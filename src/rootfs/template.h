@@ -48,6 +48,13 @@ struct TemplateUser {
   std::string home = "/home/user";
 };
 
+// One read-only layer of a version's stack, as the manifest describes it.
+struct LayerMeta {
+  std::string digest;       // layer_digest of the tree
+  uint64_t size_bytes = 0;  // bytes of regular-file content in it
+  std::string created_by;   // the step, "debootstrap", "snapshot of s-…", "oci layer …"
+};
+
 struct Template {
   std::string name;
   std::string version;                // e.g. "2026.11.29-1" or a digest prefix
@@ -60,6 +67,18 @@ struct Template {
   bool allow_sudo = false;            // the template promises working sudo (no_new_privs off)
   bool dev_only = false;              // shows host files: never for untrusted production use
   std::string recipe;                 // sha256 hex of the build inputs; equal recipe = no rebuild
+  // Parallel to `layers` when the manifest has it (builds, snapshots, imports); older
+  // manifests of one layer get {digest, size unknown (0)}.
+  std::vector<LayerMeta> layer_meta;
+  std::vector<std::string> env;  // "K=V" every exec starts with (below the session's)
+  std::string workdir;           // default cwd of execs ("" = the user's home)
+  std::string built_by;          // tenant id, or "host" for the operator's builds
+  uint64_t size_bytes = 0;       // sum of layer_meta sizes
+  std::string parent;            // "name@version" the stack was built on ("" = none)
+  std::string source;            // "debootstrap", "host", "build", "snapshot", "oci"
+  // Not in the manifest: "" for the shared store, else the tenant whose private store
+  // holds the version (set when loaded).
+  std::string tenant;
 };
 
 struct TemplateStore {
@@ -146,6 +165,23 @@ class StagedVersion {
   std::string name_;
   std::string dir_;  // empty once committed or moved from
 };
+
+// Every loadable version of `name`, oldest first (by built_at, then version).
+// not_found when the template has none.
+Result<std::vector<Template>> list_versions(const TemplateStore& store, const std::string& name);
+
+// Removes one version: its directory leaves the store in one rename (a create that
+// loads it afterwards sees not_found), then it is deleted. `current` moves to the newest
+// remaining version; with none left the template disappears. Layers are not touched
+// (collect_layers does that).
+Result<void> remove_version(const TemplateStore& store, const std::string& name, const std::string& version);
+
+// "2026.11.29-N" with N one past the highest existing version of today in
+// <store>/<name>.
+std::string next_version_name(const TemplateStore& store, const std::string& name);
+
+// A tenant's private store: <shared root>/.tenants/<tenant>, caches below it.
+TemplateStore tenant_store(const TemplateStore& shared, const std::string& tenant_id);
 
 // Points <store>/<name>/current at an existing version (write temp file + rename).
 Result<void> set_current_version(const TemplateStore& store, const std::string& name,

@@ -85,8 +85,9 @@ void SessionManager::start_exec(const Caller& caller, const std::string& session
     in.argv = spec.argv;
     in.cmd = spec.cmd;
     in.user = spec.user;
-    in.cwd = spec.cwd;
-    in.base_env = s.env;
+    in.cwd = spec.cwd.empty() ? s.tmpl.workdir : spec.cwd;
+    in.base_env = s.tmpl.env;  // the template's (ENV of a build), below the session's
+    in.base_env.insert(in.base_env.end(), s.env.begin(), s.env.end());
     in.env = spec.env;
     in.allow_sudo = s.allow_sudo;
     in.fsize_bytes = s.limits.disk_mb << 20;

@@ -120,6 +120,8 @@ long archive_entry_mtime_nsec(struct archive_entry* e) { CELA_FORWARD(archive_en
 int archive_entry_mtime_is_set(struct archive_entry* e) { CELA_FORWARD(archive_entry_mtime_is_set, e); }
 void archive_entry_set_mtime(struct archive_entry* e, time_t t, long ns) { CELA_FORWARD(archive_entry_set_mtime, e, t, ns); }
 void archive_entry_set_uid(struct archive_entry* e, la_int64_t id) { CELA_FORWARD(archive_entry_set_uid, e, id); }
+la_int64_t archive_entry_uid(struct archive_entry* e) { CELA_FORWARD(archive_entry_uid, e); }
+la_int64_t archive_entry_gid(struct archive_entry* e) { CELA_FORWARD(archive_entry_gid, e); }
 void archive_entry_set_gid(struct archive_entry* e, la_int64_t id) { CELA_FORWARD(archive_entry_set_gid, e, id); }
 
 }  // extern "C"

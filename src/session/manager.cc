@@ -71,6 +71,7 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(const DaemonConfig&
   auto backend = runtime::open_jail_backend(options);
   if (!backend) return std::unexpected(backend.error());
   m->backend_ = std::move(*backend);
+  m->builds_ = std::make_unique<TemplateBuilds>(*m->backend_, m->catalog(), BuildLimits{});
   auto capacity = HostCapacity::measure(config.admission);
   if (!capacity) return std::unexpected(capacity.error());
   m->admission_.set_host(*capacity, config.admission);  // before the reactor runs
@@ -113,10 +114,12 @@ void SessionManager::shutdown() {
     });
     f.wait();
   }
+  builds_.reset();  // cancels the running build and waits for its sandbox to go
   // Boots still on the launcher come back to a stopping reactor, which ends them.
   launcher_work_.reset();
   for (auto& t : launcher_threads_)
     if (t.joinable()) t.join();
+  if (storage_pool_) storage_pool_->join();  // snapshots in flight finish their copy
   barrier();
   {
     std::promise<void> done;
@@ -182,7 +185,7 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
   HostGrant grant = HostGrant::of(spec.limits, nofile_grant(config_.exec_nofile));
   if (auto g = admission_.take(grant); !g) return give_back(g.error());
   granted = grant;
-  auto tmpl = rootfs::load_template(templates_, spec.template_name);
+  auto tmpl = catalog().resolve(caller.tenant_id, spec.template_name);
   if (!tmpl) {
     if (tmpl.error().code == ErrorCode::not_found)
       return give_back(Error{ErrorCode::invalid_argument, 0, "unknown template `" + spec.template_name + "`"});
@@ -225,6 +228,7 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
   for (const auto& b : tmpl->binds) is.rootfs.binds.emplace_back(b.source, b.target);
   is.disk_bytes = spec.limits.disk_mb << 20;
   is.limits = {spec.limits.memory_mb << 20, spec.limits.cpus, spec.limits.pids};
+  ++booting_templates_[template_key(*tmpl)];
   asio::post(launcher_, [this, session, is, began, done = std::move(done)]() mutable {
     auto instance = std::make_shared<Result<std::unique_ptr<runtime::Instance>>>(backend_->start(is));
     on_reactor([this, session, instance, began, done = std::move(done)]() mutable {
@@ -238,6 +242,8 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
 void SessionManager::booted(std::shared_ptr<Session> session, Result<std::unique_ptr<runtime::Instance>> instance,
                             Done<SessionRecord> done) {
   assert_on_reactor();
+  if (auto it = booting_templates_.find(template_key(session->tmpl)); it != booting_templates_.end() && --it->second <= 0)
+    booting_templates_.erase(it);
   SessionRecord& r = session->record;
   auto failed = [&](const Error& e, std::string reason, std::string message) {
     session->ended = true;

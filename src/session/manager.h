@@ -28,6 +28,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -43,6 +44,8 @@
 #include "session/admission.h"
 #include "session/config.h"
 #include "session/output.h"
+#include "session/template_build.h"
+#include "session/templates.h"
 #include "session/tenants.h"
 #include "session/session_fs.h"
 #include "session/types.h"
@@ -126,6 +129,21 @@ class SessionManager {
   Result<std::unique_ptr<ArchiveImport>> open_import(const Caller& caller, const std::string& session_id,
                                                      const std::string& path, std::optional<uint64_t> declared_bytes);
 
+  // ---- templates (templates_api.cc, snapshot.cc)
+  // The stores as the caller's tenant sees them (shared + its own).
+  TemplateCatalog catalog() const { return TemplateCatalog(templates_); }
+  // Removes one version of a private template (any thread; waits for the reactor
+  // only): conflict while a session that is live or booting runs on it,
+  // permission_denied for a shared template. Unreferenced layers are collected.
+  Result<void> remove_template_version(const Caller& caller, const std::string& name, const std::string& version);
+  // Freezes the session, copies its writable layer into a new private version of
+  // template `name` (stacked on the session's template), thaws. Processes are not
+  // kept. The copy runs on the storage thread, never the reactor.
+  void snapshot(const Caller& caller, const std::string& session_id, std::string name, Done<rootfs::Template> done);
+
+  // Template builds (their own thread; session/template_build.h).
+  TemplateBuilds& builds() { return *builds_; }
+
   int64_t live_sessions() const { return live_count_.load(); }
   // True when no create could be admitted now (readyz).
   bool full() const;
@@ -207,6 +225,13 @@ class SessionManager {
   std::map<std::string, std::vector<store::ExecRecord>> pending_execs_;  // by session; reactor-only
   std::unique_ptr<boost::asio::steady_timer> retry_timer_, retention_timer_;
   bool stopping_ = false;
+
+  // Template versions sessions are booting on (tenant/name@version -> count): a
+  // version is in use from admission, not only once it is live. Reactor-only.
+  std::map<std::string, int> booting_templates_;
+  // Snapshots' copies (disk work that must not hold the reactor).
+  std::optional<boost::asio::thread_pool> storage_pool_{std::in_place, 1};
+  std::unique_ptr<TemplateBuilds> builds_;
 
   std::atomic<int64_t> live_count_{0};
   std::atomic<bool> full_{false};

@@ -69,6 +69,7 @@ struct Session {
   std::unique_ptr<boost::asio::steady_timer> timer;
   Clock::time_point expires, last_activity;
   bool ended = false;
+  bool snapshotting = false;  // frozen while its writable layer is copied
 
   int running_execs() const {
     int n = 0;
