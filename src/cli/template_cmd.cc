@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "cli/template_build_cmd.h"
 #include "rootfs/template.h"
 
 namespace cela::cli {
@@ -19,6 +20,8 @@ struct TemplateOptions {
   bool force = false;
   std::string mirror;
   std::string suite = "bookworm";
+  TemplateFileBuild from_file;  // -f FILE
+  std::string import_path;
 };
 
 int complain(const Error& e) {
@@ -51,6 +54,7 @@ void print_summary(const rootfs::Template& t) {
 }
 
 int build(const TemplateOptions& o) {
+  if (!o.from_file.file.empty()) return build_from_file(o.store, o.name, o.from_file);
   Result<rootfs::Template> t;
   if (o.name == "base") {
     rootfs::BaseBuildOptions options;
@@ -103,7 +107,13 @@ void add_template_commands(CLI::App& app, int& exit_code) {
   CLI::App* build_cmd =
       cmd->add_subcommand("build", "Build a template (base: Debian + tools; host: dev-only)");
   build_cmd->fallthrough();
-  build_cmd->add_option("name", opts->name, "base or host")->required();
+  build_cmd->add_option("name", opts->name, "base or host; with -f any name")->required();
+  build_cmd->add_option("-f,--file", opts->from_file.file,
+                        "Build from FILE: cela's JSON steps or a Dockerfile subset (docs/templates.md)");
+  build_cmd->add_option("--context", opts->from_file.context,
+                        "Directory COPY sources are read from (default: FILE's directory)");
+  build_cmd->add_option("--build-arg", opts->from_file.build_args, "ARG value K=V (Dockerfile)");
+  add_conn(build_cmd, opts->from_file.conn);
   build_cmd->add_flag("--force", opts->force,
                       "Rebuild even when the current version is up to date");
   build_cmd->add_option(
@@ -111,6 +121,16 @@ void add_template_commands(CLI::App& app, int& exit_code) {
       "Debian mirror URL (default: $CELA_DEBIAN_MIRROR, else the machine's apt sources)");
   build_cmd->add_option("--suite", opts->suite, "Debian suite")->capture_default_str();
   build_cmd->callback([opts, &exit_code] { exit_code = build(*opts); });
+
+  CLI::App* import_cmd =
+      cmd->add_subcommand("import", "Import an OCI image (an OCI layout tar or a `docker save` tar)");
+  import_cmd->fallthrough();
+  import_cmd->add_option("name", opts->name, "Template name")->required();
+  import_cmd->add_option("path", opts->import_path, "The image archive")->required();
+  add_conn(import_cmd, opts->from_file.conn);
+  import_cmd->callback([opts, &exit_code] {
+    exit_code = import_template(opts->store, opts->name, opts->import_path, opts->from_file.conn);
+  });
 
   CLI::App* ls_cmd = cmd->add_subcommand("ls", "List templates and their current versions");
   ls_cmd->fallthrough();

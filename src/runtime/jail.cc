@@ -276,6 +276,9 @@ class JailInstance final : public Instance {
     control_.reset();
     pidfd_.reset();
     if (auto st = sandbox_->cgroup().stats(); st) teardown_.processes_killed = st->pids_current;
+    // A frozen task (v1 freezer: a snapshot or a build step in progress) does not die
+    // of SIGKILL until thawed: thaw first, or the reap below would wait forever.
+    (void)sandbox_->cgroup().freeze(false);
     // Per-exec cgroups are children of the sandbox's: it removes them first.
     for (auto& [id, e] : execs_) e.exec->forget_cgroup();
     auto report = sandbox_->destroy();

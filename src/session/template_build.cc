@@ -172,6 +172,7 @@ class Builder {
       auto upper = inst.open_writable_layer();
       if (!upper) return destroy(), std::unexpected(upper.error());
       auto copied = rootfs::copy_layer_tree(upper->get(), *layer, {inst.host_id(0), 65536});
+      (void)inst.freeze(false);
       if (!copied) return destroy(), std::unexpected(copied.error());
     }
     exec->reset();
@@ -284,8 +285,15 @@ Result<rootfs::Template> run_build(runtime::Backend& backend, const TemplateCata
       st.as_root = false;
       continue;
     }
-    // run, copy and workdir make a layer, unless the store has it already.
-    if (step.kind == StepKind::workdir) st.workdir = step.text;
+    // run, copy and workdir make a layer, unless the store has it already. A workdir
+    // step's mkdir runs where the previous steps ran; later steps run in the new dir.
+    struct NextWorkdir {
+      BuildState& st;
+      const BuildStep& step;
+      ~NextWorkdir() {
+        if (step.kind == StepKind::workdir) st.workdir = step.text;
+      }
+    } next_workdir{st, step};
     if (auto cached = rootfs::read_layer_meta(store, st.key)) {
       listener.step(i, count, what, true);
       st.layers.push_back(rootfs::layer_path(store, st.key));

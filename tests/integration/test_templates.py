@@ -231,3 +231,259 @@ def test_tenant_scoping(daemon, other):
     finally:
         daemon.delete(a["id"])
         other("DELETE", f"/v1/sessions/{b['id']}")
+
+
+# ---- builds ------------------------------------------------------------------------
+
+def tar_of(files):
+    """A tar (bytes) of {name: content}."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as t:
+        for name, content in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(content)
+            info.mode = 0o644
+            t.addfile(info, io.BytesIO(content))
+    return buf.getvalue()
+
+
+def follow_build(daemon, build_id, timeout=300):
+    """Reads the build's SSE stream to its end: [(event, id, data)]."""
+    from daemon_util import UnixConnection
+    conn = UnixConnection(daemon.socket, timeout=timeout)
+    conn.request("GET", f"/v1/templates/builds/{build_id}?follow=1")
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("Content-Type").startswith("text/event-stream")
+    events, event, eid, data = [], "message", "", []
+    for raw in resp:
+        line = raw.decode().rstrip("\n")
+        if line == "":
+            if data:
+                events.append((event, eid, "\n".join(data)))
+                if event in ("done", "failed"):
+                    break
+            event, data = "message", []
+            continue
+        if line.startswith(":"):
+            continue
+        key, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if key == "event":
+            event = value
+        elif key == "id":
+            eid = value
+        elif key == "data":
+            data.append(value)
+    conn.close()
+    return events
+
+
+def test_build_from_steps_streams_its_log_and_runs(daemon):
+    archive = base64.b64encode(tar_of({"hello.txt": b"hello from copy\n"})).decode()
+    steps = [
+        {"run": "echo built > /opt/marker && "
+                "test \"$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ')\" = lo && echo only-loopback"},
+        {"env": {"GREETING": "hi there"}},
+        {"workdir": "/srv/app"},
+        {"copy": {"archive_b64": archive, "to": "/srv/app"}},
+        {"user": "user"},
+        {"run": "whoami > /tmp/who && echo \"$GREETING\" > /tmp/greeting && pwd > /tmp/cwd"},
+    ]
+    status, started, _ = daemon.request("POST", "/v1/templates", {"name": "stepped", "from": "base", "steps": steps})
+    assert status == 202, started
+    events = follow_build(daemon, started["build_id"])
+    kinds = [e for e, _, _ in events]
+    assert kinds[-1] == "done", events[-1]
+    logs = "\n".join(d for e, _, d in events if e == "log")
+    assert "only-loopback" in logs  # the run step's output is streamed; it had no network
+    step_events = [json.loads(d) for e, _, d in events if e == "step"]
+    assert [s["index"] for s in step_events] == [1, 2, 3, 4, 5, 6] and all(s["count"] == 6 for s in step_events)
+    assert not any(s["cached"] for s in step_events)
+    ids = [int(i) for _, i, _ in events]
+    assert ids == sorted(ids)
+    done = json.loads(events[-1][2])
+    assert done["state"] == "succeeded" and done["template"].startswith("stepped@")
+    # A late follower replays the whole log, and the build is readable without follow.
+    assert [e for e, _, _ in follow_build(daemon, started["build_id"])] == kinds
+    status, b, _ = daemon.request("GET", f"/v1/templates/builds/{started['build_id']}")
+    assert status == 200 and b["state"] == "succeeded"
+
+    status, t, _ = daemon.request("GET", "/v1/templates/stepped")
+    v = t["versions"][-1]
+    assert v["source"] == "build" and v["parent"].startswith("base@") and v["workdir"] == "/srv/app"
+    assert "GREETING=hi there" in v["env"] and v["user"]["name"] == "user"
+    assert len(v["layers"]) == 1 + 4  # base + run, workdir, copy, run
+    s = session(daemon, template="stepped")
+    try:
+        r = run(daemon, s["id"], "cat /opt/marker /srv/app/hello.txt /tmp/who /tmp/greeting /tmp/cwd; pwd; "
+                                 "echo \"$GREETING\"")
+        assert r["stdout"] == ("built\nhello from copy\nuser\nhi there\n/srv/app\n/srv/app\nhi there\n"), r
+    finally:
+        daemon.delete(s["id"])
+
+
+def test_a_failing_step_fails_the_build(daemon):
+    status, started, _ = daemon.request("POST", "/v1/templates", {
+        "name": "broken", "steps": [{"run": "echo before; exit 3"}]})
+    assert status == 202, started
+    events = follow_build(daemon, started["build_id"])
+    assert events[-1][0] == "failed", events
+    failed = json.loads(events[-1][2])
+    assert "exited with status 3" in failed["error"] and "step 1/1" in failed["error"]
+    assert any(e == "log" and "before" in d for e, _, d in events)
+    status, err, _ = daemon.request("GET", "/v1/templates/broken")
+    assert status == 404, err
+    # Bad requests are answered before any build starts.
+    status, err, _ = daemon.request("POST", "/v1/templates", {"name": "base", "steps": [{"run": "true"}]})
+    assert status == 403, err
+    status, err, _ = daemon.request("POST", "/v1/templates", {"name": "x", "steps": [{"sh": "true"}]})
+    assert status == 400, err
+
+
+def test_another_tenant_cannot_build_on_or_follow_a_private_template(daemon, other):
+    status, started, _ = other("POST", "/v1/templates", {"name": "theirs", "from": "stepped",
+                                                          "steps": [{"run": "true"}]})
+    assert status == 202, started
+    status, err, _ = daemon.request("GET", f"/v1/templates/builds/{started['build_id']}")
+    assert status == 404, err  # not ours
+    for _ in range(100):
+        status, b, _ = other("GET", f"/v1/templates/builds/{started['build_id']}")
+        if b["state"] != "running":
+            break
+        time.sleep(0.1)
+    assert b["state"] == "failed" and "unknown template" in b["error"], b
+
+
+DOCKERFILE = """\
+# a Dockerfile as E2B users write them
+ARG GREETING=hello
+FROM base
+ENV APP_HOME=/srv/web
+RUN mkdir -p $APP_HOME && echo "$GREETING from run" > $APP_HOME/run.txt
+COPY app/ /srv/web/
+COPY notes.txt /srv/web/docs/
+WORKDIR /srv/web
+USER user
+RUN echo "i am $(whoami)" > /tmp/me
+CMD ["python3", "main.py"]
+"""
+
+
+def cli(daemon, *args, timeout=300):
+    return subprocess.run([CELA, *args, "--url", f"unix://{daemon.socket}"], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_dockerfile_build_and_a_cached_second_build(daemon, tmp_path):
+    ctx = tmp_path / "ctx"
+    (ctx / "app").mkdir(parents=True)
+    (ctx / "app" / "main.py").write_text("print('hi from main')\n")
+    (ctx / "notes.txt").write_text("notes\n")
+    (ctx / "Dockerfile").write_text(DOCKERFILE)
+    t0 = time.monotonic()
+    first = cli(daemon, "template", "build", "dock", "-f", str(ctx / "Dockerfile"), "--build-arg", "GREETING=howdy")
+    t_first = time.monotonic() - t0
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.startswith("dock@")
+    assert "[2/7] RUN mkdir" in first.stderr and "(cached)" not in first.stderr, first.stderr
+    assert "CMD ignored" in first.stderr
+
+    t0 = time.monotonic()
+    second = cli(daemon, "template", "build", "dock", "-f", str(ctx / "Dockerfile"), "--build-arg", "GREETING=howdy")
+    t_second = time.monotonic() - t0
+    assert second.returncode == 0, second.stderr
+    layer_lines = [l for l in second.stderr.splitlines() if l.startswith("[") and
+                   any(k in l for k in ("] RUN", "] COPY", "] WORKDIR"))]
+    assert len(layer_lines) == 5 and all(l.endswith("(cached)") for l in layer_lines), second.stderr
+    assert "up to date" in second.stderr and second.stdout == first.stdout
+    assert t_second < 3, (t_first, t_second)  # no step ran again (USER only looks the account up)
+
+    # Another build arg changes the first RUN's inputs: it and every later step run again.
+    third = cli(daemon, "template", "build", "dock", "-f", str(ctx / "Dockerfile"))
+    assert third.returncode == 0, third.stderr
+    assert "[2/7] RUN mkdir -p /srv/web && echo \"hello from run\"" in third.stderr
+    assert "(cached)" not in "\n".join(l for l in third.stderr.splitlines() if "] RUN" in l), third.stderr
+
+    s = session(daemon, template=first.stdout.strip())
+    try:
+        r = run(daemon, s["id"], "cat run.txt docs/notes.txt /tmp/me; python3 main.py; echo $APP_HOME; pwd")
+        assert r["stdout"] == "howdy from run\nnotes\ni am user\nhi from main\n/srv/web\n/srv/web\n", r
+    finally:
+        daemon.delete(s["id"])
+
+
+# ---- OCI import ---------------------------------------------------------------------
+
+def umoci(*args):
+    subprocess.run(["umoci", *args], check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def oci_image(tmp_path_factory):
+    """A two-layer OCI image made with Debian's umoci: dash and its libraries, a user,
+    files, and in the second layer a deleted file (a whiteout)."""
+    if not shutil.which("umoci"):
+        pytest.skip("umoci is not installed (make deps)")
+    work = tmp_path_factory.mktemp("oci")
+    layout, bundle = work / "layout", work / "bundle"
+    umoci("init", "--layout", str(layout))
+    umoci("new", "--image", f"{layout}:t")
+    umoci("unpack", "--image", f"{layout}:t", str(bundle))
+    root = bundle / "rootfs"
+    libs = subprocess.run(["ldd", "/bin/dash"], capture_output=True, text=True, check=True).stdout
+    for path in ["/bin/dash"] + [w for w in libs.split() if w.startswith("/")]:
+        dest = root / path.lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, dest)
+    (root / "bin" / "sh").symlink_to("dash")
+    (root / "etc").mkdir(exist_ok=True)
+    (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\n")
+    (root / "home" / "app").mkdir(parents=True)
+    os.chown(root / "home" / "app", 1000, 1000)
+    (root / "data").mkdir()
+    (root / "data" / "a").write_text("layer one\n")
+    (root / "etc" / "gone").write_text("deleted in layer two\n")
+    umoci("repack", "--image", f"{layout}:t", str(bundle))
+    (root / "etc" / "gone").unlink()
+    (root / "data" / "b").write_text("layer two\n")
+    umoci("repack", "--image", f"{layout}:t", str(bundle))
+    umoci("config", "--image", f"{layout}:t", "--config.env", "FROM_IMAGE=yes", "--config.workingdir", "/data",
+          "--config.user", "app")
+    tar = work / "image.tar"
+    subprocess.run(["tar", "-C", str(layout), "-cf", str(tar), "."], check=True)
+    return tar
+
+
+def test_oci_import_runs(daemon, oci_image):
+    status, t, _ = daemon.request("POST", "/v1/templates/import?name=imported", oci_image.read_bytes(),
+                                  headers={"Content-Type": "application/x-tar"})
+    assert status == 201, t
+    assert t["template"].startswith("imported@") and t["source"] == "oci" and not t["shared"]
+    assert t["user"] == {"name": "app", "uid": 1000, "gid": 1000, "home": "/home/app"}
+    assert t["workdir"] == "/data" and "FROM_IMAGE=yes" in t["env"]
+    s = session(daemon, template="imported")
+    try:
+        # Only dash is in the image: its builtins read the files.
+        r = run(daemon, s["id"], "read x < a; echo $x; read y < b; echo $y; test -e /etc/gone || echo gone; "
+                                 "echo $FROM_IMAGE; pwd; echo $HOME")
+        assert r["stdout"] == "layer one\nlayer two\ngone\nyes\n/data\n/home/app\n", r
+    finally:
+        daemon.delete(s["id"])
+    # The same image again is the same layer (no second copy).
+    status, again, _ = daemon.request("POST", "/v1/templates/import?name=imported", oci_image.read_bytes())
+    assert status == 201 and again["layers"] == t["layers"], again
+
+
+def test_oci_import_cli_and_refusals(daemon, oci_image, tmp_path):
+    r = cli(daemon, "template", "import", "imported-cli", str(oci_image))
+    assert r.returncode == 0 and r.stdout.startswith("imported-cli@"), r.stderr
+    bad = tmp_path / "bad.tar"
+    with tarfile.open(bad, "w") as tf:
+        info = tarfile.TarInfo("index.json")
+        payload = b'{"manifests": []}'
+        info.size = len(payload)
+        tf.addfile(info, io.BytesIO(payload))
+    status, err, _ = daemon.request("POST", "/v1/templates/import?name=bad", bad.read_bytes())
+    assert status == 400 and "no manifest" in err["error"]["message"], err
+    status, err, _ = daemon.request("POST", "/v1/templates/import?name=base", oci_image.read_bytes())
+    assert status == 403, err
