@@ -53,26 +53,33 @@ void SessionManager::snapshot(const Caller& caller, const std::string& session_i
     std::shared_ptr<Session> s = *found;
     if (!s->instance) return done(fail(ErrorCode::gone, "session " + session_id + " has ended"));
     if (s->snapshotting) return done(fail(ErrorCode::conflict, "a snapshot of session " + session_id + " is running"));
-    if (auto f = s->instance->freeze(true); !f) return done(std::unexpected(f.error()));
-    auto upper = s->instance->open_writable_layer();
-    if (!upper) {
-      (void)s->instance->freeze(false);
-      return done(std::unexpected(upper.error()));
-    }
     s->snapshotting = true;
-    rootfs::IdShift shift{s->instance->host_id(0), 65536};
     s->last_activity = Clock::now();
-    asio::post(*storage_pool_, [this, s, store = cat.private_store(caller.tenant_id), name, parent = s->tmpl,
-                                upper = std::make_shared<UniqueFd>(std::move(*upper)), shift, session_id,
-                                tenant = caller.tenant_id, done = std::move(done)]() mutable {
-      auto made = std::make_shared<Result<rootfs::Template>>(
-          capture(store, name, parent, std::move(*upper), shift, session_id, tenant));
-      on_reactor([s, made, done = std::move(done)] {
+    // A session frozen already (paused) stays as it is; else it is frozen for the copy
+    // and thawed after it.
+    const bool we_freeze = !s->instance->frozen();
+    auto copy = [this, s, store = cat.private_store(caller.tenant_id), name, session_id, tenant = caller.tenant_id,
+                 we_freeze, done = std::move(done)](Result<void> frozen) mutable {
+      auto thaw_and = [this, s, we_freeze](Done<rootfs::Template> d, Result<rootfs::Template> r) {
         s->snapshotting = false;
-        if (s->instance && !s->ended) (void)s->instance->freeze(false);
-        done(std::move(*made));
+        if (!we_freeze || !s->instance || s->ended) return d(std::move(r));
+        s->instance->freeze(false, [d = std::move(d), r = std::move(r)](Result<void>) mutable { d(std::move(r)); });
+      };
+      if (!frozen) return thaw_and(std::move(done), std::unexpected(frozen.error()));
+      if (!s->instance || s->ended) return thaw_and(std::move(done), fail(ErrorCode::gone, "session " + session_id + " has ended"));
+      auto upper = s->instance->open_writable_layer();
+      if (!upper) return thaw_and(std::move(done), std::unexpected(upper.error()));
+      rootfs::IdShift shift{s->instance->host_id(0), 65536};
+      asio::post(*storage_pool_, [this, s, store, name, parent = s->tmpl,
+                                  upper = std::make_shared<UniqueFd>(std::move(*upper)), shift, session_id, tenant,
+                                  thaw_and, done = std::move(done)]() mutable {
+        auto made = std::make_shared<Result<rootfs::Template>>(
+            capture(store, name, parent, std::move(*upper), shift, session_id, tenant));
+        on_reactor([made, thaw_and, done = std::move(done)]() mutable { thaw_and(std::move(done), std::move(*made)); });
       });
-    });
+    };
+    if (we_freeze) s->instance->freeze(true, std::move(copy));
+    else copy(Result<void>{});
   });
 }
 

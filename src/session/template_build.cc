@@ -168,11 +168,13 @@ class Builder {
       return destroy(), fail(ErrorCode::invalid_argument, "the command " + how);
     }
     if (layer) {
-      if (auto f = inst.freeze(true); !f) return destroy(), std::unexpected(f.error());
+      std::optional<Result<void>> frozen;
+      inst.freeze(true, [&](Result<void> r) { frozen = std::move(r); });
+      while (!frozen) io.run_one_for(std::chrono::milliseconds(100));
+      if (!*frozen) return destroy(), std::unexpected(frozen->error());
       auto upper = inst.open_writable_layer();
       if (!upper) return destroy(), std::unexpected(upper.error());
       auto copied = rootfs::copy_layer_tree(upper->get(), *layer, {inst.host_id(0), 65536});
-      (void)inst.freeze(false);
       if (!copied) return destroy(), std::unexpected(copied.error());
     }
     exec->reset();
