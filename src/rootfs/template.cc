@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <boost/json.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -238,6 +239,28 @@ Result<void> ensure_template_dir(const TemplateStore& store, const std::string& 
 }
 
 }  // namespace
+
+std::optional<TemplateUser> passwd_account(std::string_view line) {
+  std::vector<std::string> f;
+  size_t pos = 0;
+  line = line.substr(0, line.find('\n'));
+  for (;;) {
+    size_t c = line.find(':', pos);
+    f.emplace_back(line.substr(pos, c == std::string_view::npos ? std::string_view::npos : c - pos));
+    if (c == std::string_view::npos) break;
+    pos = c + 1;
+  }
+  if (f.size() < 7 || f[0].empty()) return std::nullopt;
+  auto id = [](const std::string& s) -> std::optional<uint32_t> {
+    uint32_t v = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc() || p != s.data() + s.size() || v == 0 || v >= 65536) return std::nullopt;
+    return v;
+  };
+  auto uid = id(f[2]), gid = id(f[3]);
+  if (!uid || !gid || !f[5].starts_with("/")) return std::nullopt;
+  return TemplateUser{f[0], *uid, *gid, f[5]};
+}
 
 bool valid_template_name(std::string_view name) {
   if (name.empty() || name.size() > 64) return false;

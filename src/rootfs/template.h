@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -54,6 +55,10 @@ struct LayerMeta {
   uint64_t size_bytes = 0;  // bytes of regular-file content in it
   std::string created_by;   // the step, "debootstrap", "snapshot of s-…", "oci layer …"
 };
+
+// One /etc/passwd line ("name:x:uid:gid:gecos:home:shell") as a TemplateUser: only
+// an account with uid and gid in 1..65535 and an absolute home (else nullopt).
+std::optional<TemplateUser> passwd_account(std::string_view line);
 
 struct Template {
   std::string name;

@@ -388,23 +388,8 @@ std::optional<rootfs::TemplateUser> find_user(int root, const std::string& want)
     size_t nl = text.find('\n', pos);
     std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
     pos = nl == std::string::npos ? text.size() : nl + 1;
-    std::vector<std::string> f;
-    size_t p = 0;
-    for (;;) {
-      size_t c = line.find(':', p);
-      f.push_back(line.substr(p, c == std::string::npos ? std::string::npos : c - p));
-      if (c == std::string::npos) break;
-      p = c + 1;
-    }
-    if (f.size() < 7 || (f[0] != want && f[2] != want)) continue;
-    try {
-      rootfs::TemplateUser u{f[0], static_cast<uint32_t>(std::stoul(f[2])), static_cast<uint32_t>(std::stoul(f[3])),
-                             f[5].empty() ? "/" : f[5]};
-      if (u.uid == 0 || u.uid >= 65536 || u.gid == 0 || u.gid >= 65536 || !u.home.starts_with("/")) return std::nullopt;
-      return u;
-    } catch (...) {
-      return std::nullopt;
-    }
+    auto u = rootfs::passwd_account(line);
+    if (u && (u->name == want || std::to_string(u->uid) == want)) return u;
   }
   return std::nullopt;
 }

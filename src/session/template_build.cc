@@ -190,32 +190,6 @@ class Builder {
   std::vector<std::pair<std::string, std::string>> binds_;
 };
 
-// "name:x:uid:gid:gecos:home:shell"
-Result<rootfs::TemplateUser> parse_passwd(const std::string& line, const std::string& name) {
-  std::vector<std::string> f;
-  size_t pos = 0;
-  std::string l = line.substr(0, line.find('\n'));
-  for (;;) {
-    size_t c = l.find(':', pos);
-    f.push_back(l.substr(pos, c == std::string::npos ? std::string::npos : c - pos));
-    if (c == std::string::npos) break;
-    pos = c + 1;
-  }
-  if (f.size() < 7 || f[0] != name) return fail(ErrorCode::invalid_argument, "USER " + name + ": no such user in the image");
-  rootfs::TemplateUser u;
-  u.name = f[0];
-  try {
-    u.uid = static_cast<uint32_t>(std::stoul(f[2]));
-    u.gid = static_cast<uint32_t>(std::stoul(f[3]));
-  } catch (...) {
-    return fail(ErrorCode::invalid_argument, "USER " + name + ": bad passwd entry");
-  }
-  u.home = f[5].empty() ? "/" : f[5];
-  if (u.uid == 0 || u.uid >= 65536 || u.gid == 0 || u.gid >= 65536)
-    return fail(ErrorCode::invalid_argument, "USER " + name + ": uid and gid must be in 1..65535");
-  return u;
-}
-
 }  // namespace
 
 Result<rootfs::Template> run_build(runtime::Backend& backend, const TemplateCatalog& catalog,
@@ -281,8 +255,10 @@ Result<rootfs::Template> run_build(runtime::Backend& backend, const TemplateCata
       }
       auto line = builder.run(st, "getent passwd " + step.text, true, nullptr, true);
       if (!line) return step_failed(Error{ErrorCode::invalid_argument, 0, "no user `" + step.text + "` in the image"});
-      auto user = parse_passwd(*line, step.text);
-      if (!user) return step_failed(user.error());
+      auto user = rootfs::passwd_account(*line);
+      if (!user || user->name != step.text)
+        return step_failed(Error{ErrorCode::invalid_argument, 0,
+                                 "`" + step.text + "` is not an account with uid and gid in 1..65535"});
       st.account = *user;
       st.as_root = false;
       continue;

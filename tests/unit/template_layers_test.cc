@@ -182,3 +182,23 @@ TEST_F(LayerCopy, StagedLayersCommitOnceAndUnreferencedOnesAreCollected) {
 
 }  // namespace
 }  // namespace cela::rootfs
+
+namespace cela::rootfs {
+namespace {
+
+TEST(PasswdAccount, OnlyUnprivilegedAccountsWithAbsoluteHomes) {
+  auto u = passwd_account("app:x:1000:1001::/home/app:/bin/sh");
+  ASSERT_TRUE(u);
+  EXPECT_EQ(u->name, "app");
+  EXPECT_EQ(u->uid, 1000u);
+  EXPECT_EQ(u->gid, 1001u);
+  EXPECT_EQ(u->home, "/home/app");
+  EXPECT_FALSE(passwd_account("root:x:0:0:root:/root:/bin/sh"));
+  EXPECT_FALSE(passwd_account("big:x:70000:1:::/x"));
+  EXPECT_FALSE(passwd_account("rel:x:5:5::home:/bin/sh"));
+  EXPECT_FALSE(passwd_account("short:x:5:5"));
+  EXPECT_FALSE(passwd_account("num:x:5a:5::/h:/bin/sh"));
+}
+
+}  // namespace
+}  // namespace cela::rootfs
