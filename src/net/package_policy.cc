@@ -227,8 +227,16 @@ int compare_versions(std::string_view a, std::string_view b) {
   auto ta = tokens(a), tb = tokens(b);
   size_t n = std::max(ta.size(), tb.size());
   for (size_t i = 0; i < n; ++i) {
-    if (i >= ta.size()) return tb[i].number ? (tb[i].value == 0 ? 0 : -1) : 1;  // 1.0 < 1.0.1; 1.0 > 1.0rc1
-    if (i >= tb.size()) return ta[i].number ? (ta[i].value == 0 ? 0 : 1) : -1;
+    // 1.0 == 1.0.0 < 1.0.1; 1.0rc1 < 1.0 < 1.0.post1
+    auto rest = [](const Token& t) { return t.number ? (t.value == 0 ? 0 : 1) : (t.text == "post" ? 1 : -1); };
+    if (i >= ta.size()) {
+      if (int r = rest(tb[i])) return -r;
+      continue;
+    }
+    if (i >= tb.size()) {
+      if (int r = rest(ta[i])) return r;
+      continue;
+    }
     const Token &x = ta[i], &y = tb[i];
     if (x.number && y.number) {
       if (x.value != y.value) return x.value < y.value ? -1 : 1;
