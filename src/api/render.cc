@@ -104,6 +104,20 @@ json::object render(const session::ExecRecord& e) {
   return o;
 }
 
+json::object render(const session::PackageInstallRecord& i) {
+  return json::object{{"at", i.at},
+                      {"manager", i.manager},
+                      {"name", i.name},
+                      {"version", i.version.empty() ? json::value(nullptr) : json::value(i.version)},
+                      {"registry", i.registry},
+                      {"sha256", i.sha256.empty() ? json::value(nullptr) : json::value(i.sha256)},
+                      {"size", i.size},
+                      {"verdict", i.verdict},
+                      {"rule", i.rule},
+                      {"reason", i.reason.empty() ? json::value(nullptr) : json::value(i.reason)},
+                      {"cache", i.cache_hit ? "hit" : "miss"}};
+}
+
 json::object render(const session::TenantRecord& t) {
   json::object quotas;
   quotas["max_sessions"] = t.quotas.max_sessions;

@@ -151,6 +151,19 @@ const RouteDoc get_session{
     .errors = {"not_found"},
 };
 
+const RouteDoc session_packages{
+    .operation_id = "listSessionPackages",
+    .tag = "sessions",
+    .summary = "The session's package install attempts through the gateway",
+    .description = "Every file a package manager asked the gateway for, and every package it refused by name, "
+                   "oldest first; also after the session ended.",
+    .params = {session_id(),
+               query_param("limit", bounded(integer_schema(), 1, 1000), "page size"),
+               query_param("cursor", string_schema(), "next_cursor of the previous page")},
+    .responses = {json_response(200, "one page", ref("PackageInstallList"))},
+    .errors = {"not_found"},
+};
+
 const RouteDoc patch_session{
     .operation_id = "patchSession",
     .tag = "sessions",

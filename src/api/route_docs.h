@@ -70,6 +70,7 @@ extern const RouteDoc get_tenant;
 extern const RouteDoc create_session;
 extern const RouteDoc list_sessions;
 extern const RouteDoc get_session;
+extern const RouteDoc session_packages;
 extern const RouteDoc patch_session;
 extern const RouteDoc delete_session;
 extern const RouteDoc start_exec;

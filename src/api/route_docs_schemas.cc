@@ -310,6 +310,32 @@ const json::object& component_schemas() {
         {{"sessions", array_of(ref("Session"), "newest first")},
          {"next_cursor", nullable(string_schema("pass as ?cursor= for the next page"))}},
         {"sessions", "next_cursor"});
+    s["PackagesRequest"] = object_schema(
+        {{"mode", enum_schema({"off", "offline", "gateway"})},
+         {"registries", array_of(enum_schema({"pypi", "npm", "debian"}), "within the tenant's")},
+         {"allow", array_of(string_schema("pypi:requests==2.*, npm:lodash@^4, debian:curl"))},
+         {"deny", array_of(string_schema("wins over allow and lock"))},
+         {"lock", string_map("pypi:NAME==V, npm:NAME@V, debian:NAME=V -> sha256:<hex>")},
+         {"min_age_days", integer_schema()},
+         {"max_download_mb", integer_schema()}},
+        {}, "the package gateway; mode off (the default) refuses every install with a message");
+    s["PackageInstall"] = object_schema(
+        {{"at", timestamp()},
+         {"manager", enum_schema({"pypi", "npm", "debian"})},
+         {"name", string_schema()},
+         {"version", nullable(string_schema("null for a refusal by name"))},
+         {"registry", string_schema("the upstream's origin")},
+         {"sha256", nullable(string_schema())},
+         {"size", integer_schema()},
+         {"verdict", enum_schema({"allowed", "denied", "failed"})},
+         {"rule", string_schema("what decided: allow …, deny …, lock …, min_age_days N, …")},
+         {"reason", nullable(string_schema())},
+         {"cache", enum_schema({"hit", "miss"})}},
+        {"at", "manager", "name", "version", "registry", "sha256", "size", "verdict", "rule", "reason", "cache"});
+    s["PackageInstallList"] = object_schema(
+        {{"installs", array_of(ref("PackageInstall"), "oldest first")},
+         {"next_cursor", nullable(string_schema("pass as ?cursor= for the next page"))}},
+        {"installs", "next_cursor"});
     s["CreateSession"] = object_schema(
         {{"template", string_schema("template name; default from the config")},
          {"limits", ref("LimitsRequest")},
@@ -317,8 +343,7 @@ const json::object& component_schemas() {
          {"metadata", string_map("filterable with ?metadata.K=V")},
          {"network", object_schema({{"mode", enum_schema({"none", "allowlist"})}}, {},
                                    "only mode none for now", false)},
-         {"packages", object_schema({{"mode", enum_schema({"off", "offline", "gateway"})}}, {},
-                                    "only mode off for now", false)},
+         {"packages", ref("PackagesRequest")},
          {"secrets",
           array_of(json::object{{"type", "object"}}, "refused (policy_denied) unless empty")},
          {"volumes",

@@ -158,6 +158,26 @@ void add_session_routes(RouteContext& ctx) {
                     });
   });
 
+  r.add(verb::get, "/v1/sessions/{id}/packages", docs::session_packages, [&](Request& req, Responder& res) {
+    session::PageRequest page;
+    if (auto l = req.query_value("limit")) {
+      auto [p, ec] = std::from_chars(l->data(), l->data() + l->size(), page.limit);
+      if (ec != std::errc() || p != l->data() + l->size() || page.limit < 1 || page.limit > 1000)
+        return res.error(ApiError::invalid_request("query `limit` must be 1..1000"));
+    }
+    if (auto c = req.query_value("cursor")) page.cursor = std::string(*c);
+    answer_blocking(ctx, res, 200,
+                    [&mgr, caller = caller_of(req), id = std::string(req.param("id")), page]() -> ApiResult<json::value> {
+                      auto p = mgr.package_installs(caller, id, page);
+                      if (!p) return std::unexpected(from_error(p.error()).with_session(id));
+                      json::array items;
+                      for (auto& rec : p->records) items.push_back(render(rec));
+                      json::object out{{"installs", std::move(items)}};
+                      out["next_cursor"] = p->next_cursor.empty() ? json::value(nullptr) : json::value(p->next_cursor);
+                      return out;
+                    });
+  });
+
   r.add(verb::patch, "/v1/sessions/{id}", docs::patch_session, [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());

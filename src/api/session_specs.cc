@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "api/json_body.h"
+#include "session/packages.h"
 
 namespace cela::api {
 namespace json = boost::json;
@@ -111,10 +112,9 @@ Result<session::CreateSessionSpec> parse_create_session(const json::object& body
   auto packages = f.object("packages");
   if (!packages) return std::unexpected(packages.error());
   if (*packages) {
-    auto mode = (*packages)->string("mode");
-    if (!mode) return std::unexpected(mode.error());
-    if (*mode && **mode != "off")
-      return std::unexpected(Error{ErrorCode::policy_denied, 0, "package mode other than `off` is not available on this server"});
+    auto asked = session::parse_package_request(**packages);
+    if (!asked) return std::unexpected(asked.error());
+    s.packages = std::move(*asked);
   }
   for (const char* k : {"secrets", "volumes"}) {
     auto a = f.array(k);

@@ -16,6 +16,7 @@
 #include "api/server.h"
 #include "common/fs.h"
 #include "common/nofile.h"
+#include "net/package_gateway.h"
 #include "rootfs/template.h"
 #include "session/config.h"
 #include "session/manager.h"
@@ -58,6 +59,11 @@ int run(const DaemonOptions& o) {
   if (!o.state_dir.empty()) config.state_dir = o.state_dir;
   if (o.max_sessions > 0) config.max_sessions = o.max_sessions;
   if (o.dev) config.dev_mode = true;
+  if (o.config_file.empty()) {  // no file: the machine's own package upstreams still apply
+    auto packages = net::parse_packages_config(nullptr, "");
+    if (packages) config.packages = std::move(*packages);
+  }
+  if (config.packages.gateway.cache_dir.empty()) config.packages.gateway.cache_dir = config.state_dir + "/packages";
 
   // Descriptors first: the connection caps are derived from what the daemon may hold,
   // keeping reserve_fds for the store and the sessions' pipes and files.
@@ -137,11 +143,27 @@ int run(const DaemonOptions& o) {
   templates.root = config.templates_dir;
   if (auto h = rootfs::ensure_host_template(templates); !h) say("host template: " + h.error().message());
 
+  // The package gateway: sessions reach it through their egress door; its records go
+  // to the store (a write that fails is logged, the install is not held up).
+  store::Store& db = **store;
+  auto gateway = net::PackageGateway::open(config.packages.gateway, [&db, say](const net::InstallEvent& e) {
+    store::PackageInstallRecord r{.session_id = e.session_id, .tenant_id = e.tenant_id, .at = e.at,
+                                  .manager = e.manager, .name = e.name, .version = e.version,
+                                  .registry = e.registry, .sha256 = e.sha256, .size = static_cast<int64_t>(e.size),
+                                  .verdict = e.verdict, .rule = e.rule, .reason = e.reason,
+                                  .cache_hit = e.cache_hit};
+    if (auto w = db.insert_package_install(r); !w) say("recording a package install: " + w.error().message());
+  });
+  if (!gateway) {
+    say("packages: " + gateway.error().message());
+    return 1;
+  }
   auto manager = session::SessionManager::open(config, **store);
   if (!manager) {
     say("sessions: " + manager.error().message());
     return 1;
   }
+  (*manager)->set_package_gateway(gateway->get());
   auto recover_began = std::chrono::steady_clock::now();
   if (auto n = (*manager)->recover(); !n) {
     say("recover: " + n.error().message());

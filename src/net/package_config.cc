@@ -171,7 +171,7 @@ Result<PackageRequest> parse_package_request(const JsonFields& f) {
 
 Result<PackagesConfig> parse_packages_config(const JsonFields* s, const std::string& state_dir) {
   PackagesConfig c;
-  c.gateway.cache_dir = state_dir + "/packages";
+  if (!state_dir.empty()) c.gateway.cache_dir = state_dir + "/packages";
   c.ceiling.mode = PackageMode::gateway;
   c.ceiling.max_download_bytes = 1024ull << 20;
   c.ceiling.max_package_bytes = 256ull << 20;
@@ -179,10 +179,11 @@ Result<PackagesConfig> parse_packages_config(const JsonFields* s, const std::str
   c.gateway.pypi = https(machine.pypi);
   c.gateway.npm = https(machine.npm);
   c.gateway.debian = machine.debian;
+  c.debian_suites = machine.debian_suites;
   if (!s) return c;
   const std::string where = "config: ";
   if (auto ok = s->only({"mode", "upstreams", "ca_file", "cache_dir", "registries", "allow", "deny", "min_age_days",
-                         "max_download_mb", "max_package_mb", "threads"});
+                         "max_download_mb", "max_package_mb", "threads", "debian_suites", "debian_keyring"});
       !ok)
     return in(where, ok.error());
   auto mode = s->string("mode");
@@ -204,7 +205,11 @@ Result<PackagesConfig> parse_packages_config(const JsonFields* s, const std::str
       if (*v) *out = **v;
     }
   }
-  for (auto [key, out] : {std::pair{"ca_file", &c.gateway.ca_file}, std::pair{"cache_dir", &c.gateway.cache_dir}}) {
+  auto suites = s->string_array("debian_suites");
+  if (!suites) return in(where, suites.error());
+  if (*suites) c.debian_suites = **suites;
+  for (auto [key, out] : {std::pair{"ca_file", &c.gateway.ca_file}, std::pair{"cache_dir", &c.gateway.cache_dir},
+                          std::pair{"debian_keyring", &c.debian_keyring}}) {
     auto v = s->string(key);
     if (!v) return in(where, v.error());
     if (*v) *out = **v;

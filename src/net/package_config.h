@@ -15,9 +15,15 @@ namespace cela::net {
 struct PackagesConfig {
   GatewayConfig gateway;  // upstreams, ca_file, cache_dir, threads
   PackagePolicy ceiling;  // every tenant's: mode, registries, allow, deny, cooldown, caps
+  // The suites a session's apt sources name ("bookworm main"); default: the machine's
+  // own, for the archive they name.
+  std::vector<std::string> debian_suites;
+  // An extra keyring apt inside trusts for the gateway's archive ("" = the template's
+  // keys), for archives signed by a key the template does not ship.
+  std::string debian_keyring;
 };
 
-// `state_dir` places the default cache (<state_dir>/packages). Upstreams not named
+// `state_dir` places the default cache (<state_dir>/packages; "" leaves it unset). Upstreams not named
 // are taken from the machine (machine_upstreams()).
 Result<PackagesConfig> parse_packages_config(const JsonFields* section, const std::string& state_dir);
 Result<PackageRequest> parse_package_request(const JsonFields& f);

@@ -55,7 +55,7 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   ONLY(f, "state_dir", "templates_dir", "socket", "listen", "default_template", "max_sessions", "output_cap_bytes",
        "max_body_bytes", "max_upload_bytes", "http_threads", "blocking_threads", "defaults", "maxima", "tenant_quotas",
        "output_retention", "stdin_timeout_s", "uid_slots", "launcher_threads", "exec_nofile", "connections",
-       "session_budgets", "block_io", "admission", "dev_mode");
+       "session_budgets", "block_io", "admission", "dev_mode", "packages");
   TAKE(f, "state_dir", c.state_dir);
   TAKE(f, "templates_dir", c.templates_dir);
   TAKE(f, "socket", c.socket_path);
@@ -189,6 +189,11 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
     TAKE(s, "header_timeout_s", c.connections.header_timeout_s);
     TAKE(s, "idle_timeout_s", c.connections.idle_timeout_s);
   }
+  auto pkg = section("packages");
+  if (!pkg) return std::unexpected(pkg.error());
+  auto packages = net::parse_packages_config(*pkg ? &**pkg : nullptr, "");
+  if (!packages) return std::unexpected(packages.error());
+  c.packages = std::move(*packages);
   for (double t : {c.connections.header_timeout_s, c.connections.idle_timeout_s})
     if (!(t > 0 && t <= 3600))
       return fail(ErrorCode::invalid_argument, "config: connections timeouts must be in (0, 3600] seconds");

@@ -18,7 +18,9 @@
 #include "common/fs.h"
 #include "common/nofile.h"
 #include "runtime/jail.h"
+#include "net/package_gateway.h"
 #include "session/exec_env.h"
+#include "session/packages.h"
 #include "session/state.h"
 
 namespace cela::session {
@@ -81,6 +83,11 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(const DaemonConfig&
                static_cast<unsigned long long>(capacity->files), config.admission.memory_overcommit,
                config.admission.pids_overcommit, config.admission.files_overcommit);
   if (auto r = make_dirs(m->output_dir_, 0700); !r) return std::unexpected(r.error());
+  if (!config.packages.debian_keyring.empty()) {
+    auto keyring = read_file(config.packages.debian_keyring);
+    if (!keyring) return fail(ErrorCode::invalid_argument, "packages.debian_keyring: " + keyring.error().message());
+    m->package_keyring_ = std::move(*keyring);
+  }
   m->reactor_work_.emplace(asio::make_work_guard(m->reactor_));
   m->reactor_thread_ = std::thread([mp = m.get()] { mp->reactor_.run(); });
   m->launcher_work_.emplace(asio::make_work_guard(m->launcher_));
@@ -193,10 +200,17 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
     if (auto ok = dev_template_allowed(caller, spec.template_name); !ok) return give_back(ok.error());
 
   auto session = std::make_shared<Session>();
+  if (spec.packages) {
+    if (!packages_) return give_back(Error{ErrorCode::policy_denied, 0, "the package gateway is not running"});
+    auto policy = net::narrow_policy(config_.packages.ceiling, *spec.packages);
+    if (!policy) return give_back(policy.error());
+    session->packages = std::move(*policy);
+    session->env = package_env();  // the create's own env comes after, and wins
+  }
   session->grant = grant;
   session->tmpl = *tmpl;
   session->limits = spec.limits;
-  session->env = spec.env;
+  session->env.insert(session->env.end(), spec.env.begin(), spec.env.end());
   session->allow_sudo = sudo_allowed(*tmpl, spec.allow_sudo);
   session->expires = Clock::now() + std::chrono::seconds(spec.limits.ttl_s);
   session->last_activity = Clock::now();
@@ -228,6 +242,13 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
   is.limits = {spec.limits.memory_mb << 20, spec.limits.cpus, spec.limits.pids};
   asio::post(launcher_, [this, session, is, began, done = std::move(done)]() mutable {
     auto instance = std::make_shared<Result<std::unique_ptr<runtime::Instance>>>(backend_->start(is));
+    // Package manager settings are in place before anything runs (session->packages
+    // is not changed after create).
+    if (*instance && session->packages)
+      if (auto w = write_package_files(***instance, config_.packages, package_keyring_); !w) {
+        (**instance)->destroy();
+        *instance = std::unexpected(w.error());
+      }
     on_reactor([this, session, instance, began, done = std::move(done)]() mutable {
       session->record.startup_ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - began).count();
@@ -274,6 +295,7 @@ void SessionManager::booted(std::shared_ptr<Session> session, Result<std::unique
     if (auto s = weak.lock()) terminate(s, "failed", "init_died", why);
   });
   session->timer = std::make_unique<asio::steady_timer>(reactor_);
+  if (session->packages && packages_) packages_->add_session(r.id, r.tenant_id, *session->packages);
   sessions_[r.id] = session;
   live_count_ = static_cast<int64_t>(sessions_.size());
   arm_session_timer(session);
@@ -322,6 +344,7 @@ void SessionManager::terminate(const std::shared_ptr<Session>& session, std::str
     }
     retry_unrecorded();
   }
+  if (session->packages && packages_) packages_->remove_session(r.id);
   sessions_.erase(r.id);
   live_count_ = static_cast<int64_t>(sessions_.size());
   admission_.give_back(session->grant);
@@ -395,6 +418,11 @@ Result<store::SessionPage> SessionManager::list(const Caller& caller, const stor
   for (auto& r : p->records)
     if (auto it = unrecorded_.find(r.id); it != unrecorded_.end()) r = it->second;
   return p;
+}
+
+Result<store::PackageInstallPage> SessionManager::package_installs(const Caller& caller, const std::string& session_id,
+                                                                  const store::PageRequest& page) {
+  return store_.list_package_installs(caller.tenant_id, session_id, page);
 }
 
 void SessionManager::patch(const Caller& caller, const std::string& id, PatchSpec spec, Done<SessionRecord> done) {

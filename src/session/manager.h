@@ -49,6 +49,10 @@
 #include "session/upload.h"
 #include "store/store.h"
 
+namespace cela::net {
+class PackageGateway;
+}
+
 namespace cela::session {
 
 // Listing sessions (the store's page and filter types).
@@ -125,6 +129,14 @@ class SessionManager {
   // is started in the session. Waits for the reactor only.
   Result<std::unique_ptr<ArchiveImport>> open_import(const Caller& caller, const std::string& session_id,
                                                      const std::string& path, std::optional<uint64_t> declared_bytes);
+
+  // ---- packages
+  // The gateway sessions' package managers talk to (daemon-owned, outlives the
+  // manager); set before serving. Without one, `packages` in a create is refused.
+  void set_package_gateway(net::PackageGateway* gateway) { packages_ = gateway; }
+  // The session's install records (also after it ended), oldest first.
+  Result<store::PackageInstallPage> package_installs(const Caller& caller, const std::string& session_id,
+                                                     const store::PageRequest& page);
 
   int64_t live_sessions() const { return live_count_.load(); }
   // True when no create could be admitted now (readyz).
@@ -207,6 +219,9 @@ class SessionManager {
   std::map<std::string, std::vector<store::ExecRecord>> pending_execs_;  // by session; reactor-only
   std::unique_ptr<boost::asio::steady_timer> retry_timer_, retention_timer_;
   bool stopping_ = false;
+
+  net::PackageGateway* packages_ = nullptr;
+  std::string package_keyring_;  // packages.debian_keyring's bytes, read at open
 
   std::atomic<int64_t> live_count_{0};
   std::atomic<bool> full_{false};

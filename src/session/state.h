@@ -62,6 +62,7 @@ struct Session {
   HostGrant grant;  // held in Admission from admission to the end
   std::vector<std::string> env;
   bool allow_sudo = false;
+  std::optional<net::PackagePolicy> packages;  // when the create asked for `packages`
   std::unique_ptr<runtime::Instance> instance;
   // Made on the first upload and kept (its cgroup descriptors are opened once).
   std::shared_ptr<runtime::WriterLauncher> writers;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "net/package_policy.h"
 #include "store/records.h"
 
 namespace cela::session {
@@ -31,6 +32,8 @@ using store::ExecRecord;
 using store::IssuedKey;
 using store::KeyRecord;
 using store::NetworkPolicy;
+using store::PackageInstallPage;
+using store::PackageInstallRecord;
 using store::Quotas;
 using store::SessionLimits;
 using store::SessionRecord;
@@ -43,6 +46,9 @@ struct CreateSessionSpec {
   std::vector<std::string> env;  // "K=V"
   std::map<std::string, std::string> metadata;
   std::optional<bool> allow_sudo;  // unset: what the template promises
+  // `packages` (API.md): unset leaves the session's package managers as the template
+  // has them; set, they go through the package gateway in the mode asked for.
+  std::optional<net::PackageRequest> packages;
 };
 
 enum class ExecUser { user, root };

@@ -177,6 +177,24 @@ struct OutputRecord {
 };
 
 
+// ---- Package installs (the package gateway's records) ----
+
+struct PackageInstallRecord {
+  int64_t seq = 0;  // order of arrival; the paging cursor
+  std::string session_id, tenant_id;
+  std::string at;
+  std::string manager, name, version, registry, sha256;
+  int64_t size = 0;
+  std::string verdict;  // allowed, denied, failed
+  std::string rule, reason;
+  bool cache_hit = false;
+};
+
+struct PackageInstallPage {
+  std::vector<PackageInstallRecord> records;  // oldest first
+  std::string next_cursor;                    // "" when this is the last page
+};
+
 // ---- Time and ids ----
 
 // (common/time.h; also reachable as store::now_rfc3339() etc.)

@@ -128,6 +128,26 @@ ALTER TABLE api_keys ADD COLUMN host_admin INTEGER NOT NULL DEFAULT 0;
 UPDATE api_keys SET host_admin = 1
   WHERE admin = 1 AND tenant_id IN (SELECT id FROM tenants WHERE name = 'default');
 )sql",
+    // 5: package installs through the gateway (store/package_installs.cc).
+    R"sql(
+CREATE TABLE package_installs (
+  seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+  session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  tenant_id  TEXT NOT NULL,
+  at         TEXT NOT NULL,
+  manager    TEXT NOT NULL,
+  name       TEXT NOT NULL,
+  version    TEXT NOT NULL,
+  registry   TEXT NOT NULL,
+  sha256     TEXT NOT NULL,
+  size       INTEGER NOT NULL,
+  verdict    TEXT NOT NULL,
+  rule       TEXT NOT NULL,
+  reason     TEXT NOT NULL,
+  cache_hit  INTEGER NOT NULL
+) STRICT;
+CREATE INDEX package_installs_by_session ON package_installs(session_id, seq);
+)sql",
 };
 constexpr int64_t kSchemaVersion = std::size(kMigrations);
 

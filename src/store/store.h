@@ -153,6 +153,12 @@ class Store {
   // The exec's entries, stderr before stdout; empty when none were recorded.
   Result<std::vector<OutputRecord>> get_output(std::string_view exec_id);
 
+  // ---- Package installs (store/package_installs.cc) ----
+  Result<void> insert_package_install(const PackageInstallRecord& install);
+  // One session's, oldest first; the session must be the tenant's (else not_found).
+  Result<PackageInstallPage> list_package_installs(std::string_view tenant_id, std::string_view session_id,
+                                                   const PageRequest& page);
+
  private:
   explicit Store(Db db) : db_(std::move(db)) {}
   Result<void> migrate();

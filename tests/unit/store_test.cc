@@ -110,7 +110,7 @@ class StoreTest : public ::testing::Test {
 TEST_F(StoreTest, OpenCreatesSchemaWithMode0600) {
   auto version = store_->schema_version();
   ASSERT_TRUE(version);
-  EXPECT_EQ(*version, 4);
+  EXPECT_EQ(*version, 5);
   EXPECT_EQ(mode_of(db_path_), 0600u);
   ASSERT_TRUE(std::filesystem::exists(db_path_ + "-wal"));  // WAL is on
   EXPECT_EQ(mode_of(db_path_ + "-wal"), 0600u);
@@ -152,7 +152,7 @@ TEST_F(StoreTest, ReopenKeepsDataAndMigrationIsIdempotent) {
   for (int round = 0; round < 2; ++round) {
     auto reopened = Store::open(db_path_);
     ASSERT_TRUE(reopened) << reopened.error().message();
-    EXPECT_EQ(*(*reopened)->schema_version(), 4);
+    EXPECT_EQ(*(*reopened)->schema_version(), 5);
     auto tenants = (*reopened)->list_tenants();
     ASSERT_TRUE(tenants);
     ASSERT_EQ(tenants->size(), 2u);
@@ -286,14 +286,14 @@ TEST_F(StoreBootstrapTest, MigrationKeepsOnlyTheDefaultTenantsAdminKeysHostWide)
   // Back to schema 3: the column did not exist.
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open(db_path_.c_str(), &raw), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE api_keys DROP COLUMN host_admin; PRAGMA user_version = 3", nullptr,
+  ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE api_keys DROP COLUMN host_admin; DROP TABLE package_installs; PRAGMA user_version = 3", nullptr,
                          nullptr, nullptr),
             SQLITE_OK)
       << sqlite3_errmsg(raw);
   sqlite3_close(raw);
   auto reopened = Store::open(db_path_);
   ASSERT_TRUE(reopened) << reopened.error().message();
-  EXPECT_EQ(*(*reopened)->schema_version(), 4);
+  EXPECT_EQ(*(*reopened)->schema_version(), 5);
   auto host = [&](const std::string& key) { return (**(*reopened)->authenticate(key)).host_admin; };
   EXPECT_TRUE(host(boot));
   EXPECT_FALSE(host(other_admin));
@@ -780,3 +780,36 @@ TEST(StoreTimeTest, NewIdsArePrefixedRandomHex) {
 }
 
 }  // namespace
+
+// ---- Package installs ----
+
+TEST_F(StoreTest, PackageInstallsArePagedScopedAndGoWithTheSession) {
+  SessionRecord s = insert(alpha_);
+  for (int i = 0; i < 3; ++i) {
+    PackageInstallRecord rec{.session_id = s.id, .tenant_id = alpha_, .at = now_rfc3339(), .manager = "pypi",
+                             .name = "pkg" + std::to_string(i), .version = "1.0", .registry = "https://r.invalid",
+                             .sha256 = std::string(64, 'a'), .size = 10 + i, .verdict = i == 1 ? "denied" : "allowed",
+                             .rule = "allow pypi:*", .reason = "", .cache_hit = i == 2};
+    ASSERT_TRUE(store_->insert_package_install(rec));
+  }
+  auto first = store_->list_package_installs(alpha_, s.id, PageRequest{.limit = 2, .cursor = ""});
+  ASSERT_TRUE(first) << first.error().message();
+  ASSERT_EQ(first->records.size(), 2u);
+  EXPECT_EQ(first->records[0].name, "pkg0");
+  EXPECT_EQ(first->records[1].verdict, "denied");
+  ASSERT_FALSE(first->next_cursor.empty());
+  auto second = store_->list_package_installs(alpha_, s.id, PageRequest{.limit = 2, .cursor = first->next_cursor});
+  ASSERT_TRUE(second);
+  ASSERT_EQ(second->records.size(), 1u);
+  EXPECT_TRUE(second->records[0].cache_hit);
+  EXPECT_EQ(second->records[0].size, 12);
+  EXPECT_TRUE(second->next_cursor.empty());
+  // Another tenant's session is not_found, as for an id that never existed.
+  auto foreign = store_->list_package_installs(beta_, s.id, PageRequest{});
+  ASSERT_FALSE(foreign);
+  EXPECT_EQ(foreign.error().code, ErrorCode::not_found);
+  // Purged with the session.
+  ASSERT_TRUE(store_->set_terminated(s.id, "terminated", "deleted", "", std::nullopt));
+  ASSERT_TRUE(store_->purge_ended_before("9999-01-01T00:00:00.000Z"));
+  EXPECT_FALSE(store_->list_package_installs(alpha_, s.id, PageRequest{}));
+}
