@@ -11,6 +11,7 @@
 #include <boost/json/object.hpp>
 
 #include "common/error.h"
+#include "net/egress_proxy.h"
 
 namespace cela::session {
 
@@ -120,6 +121,8 @@ struct DaemonConfig {
   BlockIoConfig block_io;
   AdmissionConfig admission;
   ConnectionConfig connections;
+  // The egress proxy (docs/operations.md "Egress").
+  net::EgressConfig egress;
 
   // Reads a JSON config file over the defaults.
   static Result<DaemonConfig> load(const std::string& path);

@@ -43,6 +43,11 @@ struct CreateSessionSpec {
   std::vector<std::string> env;  // "K=V"
   std::map<std::string, std::string> metadata;
   std::optional<bool> allow_sudo;  // unset: what the template promises
+  // "network": mode none (no door) or allowlist (the door, under these rules).
+  NetworkPolicy network;
+  // The session gets the egress door even with network mode none (then it reaches
+  // internal services only, e.g. the package gateway; net/internal_service.h).
+  bool egress_door = false;
 };
 
 enum class ExecUser { user, root };
@@ -68,6 +73,8 @@ struct KillSpec {
 
 struct PatchSpec {
   std::optional<uint64_t> ttl_s;
+  // "network": {"allow", "deny"}: the rules of new connections (mode stays).
+  std::optional<std::vector<std::string>> network_allow, network_deny;
 };
 
 // An exec's kept output, whole (GET …/output and /run answers).
