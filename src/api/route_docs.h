@@ -79,6 +79,7 @@ extern const RouteDoc get_exec;
 extern const RouteDoc exec_output;
 extern const RouteDoc write_stdin;
 extern const RouteDoc kill_exec;
+extern const RouteDoc session_egress;
 
 extern const RouteDoc write_file;
 extern const RouteDoc read_file;

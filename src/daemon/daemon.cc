@@ -163,7 +163,7 @@ int run(const DaemonOptions& o) {
     say("sessions: " + manager.error().message());
     return 1;
   }
-  (*manager)->set_package_gateway(gateway->get());
+  (*manager)->set_package_gateway(std::shared_ptr<net::PackageGateway>(std::move(*gateway)));
   auto recover_began = std::chrono::steady_clock::now();
   if (auto n = (*manager)->recover(); !n) {
     say("recover: " + n.error().message());

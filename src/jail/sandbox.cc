@@ -237,7 +237,8 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
   const RootfsSpec rootfs = fit_tmpfs_to_memory(spec.rootfs, spec.limits.memory_bytes);
   json::object config = message(MessageType::config, {{"hostname", spec.hostname},
                                                        {"shm_bytes", rootfs.shm_bytes},
-                                                       {"pty_max", rootfs.pty_max}});
+                                                       {"pty_max", rootfs.pty_max},
+                                                       {"door_port", spec.door_port}});
   if (auto r = send_message(sb->control_fd(), config, {seccomp_fd.get()}); !r) return std::unexpected(r.error());
   seccomp_fd.reset();
   if (auto r = send_message(sb->control_fd(), message(MessageType::maps), attach); !r) return std::unexpected(r.error());
@@ -269,6 +270,10 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
                 ready->body.at("errno").to_number<int>());
   }
   if (ready->type() != MessageType::ready) return fail(ErrorCode::internal, "unexpected message from init during setup");
+  if (spec.door_port) {
+    if (ready->fds.size() != 1) return fail(ErrorCode::internal, "init's ready came without the egress door");
+    sb->door_ = std::move(ready->fds[0]);
+  }
   sb->startup_ = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began);
   return sb;
 }

@@ -38,6 +38,9 @@ struct SandboxSpec {
   CgroupLimits limits;
   uint32_t host_uid_base = 0;  // host uid that is root inside and owns the user namespace
   KernelBudgets budgets;
+  // Non-zero: init listens on 127.0.0.1:door_port inside and hands over the listener
+  // (take_door()), the egress door (agent/init.h).
+  uint16_t door_port = 0;
 };
 
 struct StartedExec {
@@ -91,6 +94,8 @@ class Sandbox {
   int upper_fd() const { return upper_.get(); }
   Cgroup& cgroup() { return *cgroup_; }
   std::chrono::microseconds startup_time() const { return startup_; }
+  // The egress door's listening socket, once (empty without SandboxSpec::door_port).
+  UniqueFd take_door() { return std::move(door_); }
 
   // SIGKILL to init and to every process in the cgroup; does not wait.
   void kill();
@@ -109,6 +114,7 @@ class Sandbox {
   UniqueFd pidfd_;
   UniqueFd control_;
   UniqueFd upper_;
+  UniqueFd door_;
   std::unique_ptr<Cgroup> cgroup_;
   std::deque<agent::Message> pending_;  // events that arrived while waiting for a reply
   uint64_t next_exec_id_ = 1;

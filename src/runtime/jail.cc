@@ -261,6 +261,7 @@ class JailInstance final : public Instance {
     return std::unique_ptr<WriterLauncher>(new JailWriterLauncher(std::move(*entry), std::move(userns)));
   }
   pid_t host_pid() const override { return sandbox_->init_pid(); }
+  UniqueFd take_door() override { return sandbox_->take_door(); }
   Result<UniqueFd> open_writable_layer() const override {
     if (sandbox_->upper_fd() < 0) return fail(ErrorCode::gone, "the sandbox's writable layer is gone");
     UniqueFd fd(::fcntl(sandbox_->upper_fd(), F_DUPFD_CLOEXEC, 3));
@@ -395,6 +396,7 @@ class JailBackend final : public Backend {
     sb.rootfs.pty_max = options_.pty_max;
     sb.limits = spec.limits;
     sb.budgets = options_.budgets;
+    sb.door_port = spec.door_port;
     auto slot = jail::UidSlot::acquire(jail::kSlotLockDir, options_.uid_slots);
     if (!slot) {
       Error e = slot.error();

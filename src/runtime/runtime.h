@@ -36,6 +36,9 @@ struct InstanceSpec {
   LayerStack rootfs;
   uint64_t disk_bytes = 0;  // writable layer size
   jail::CgroupLimits limits;
+  // Non-zero: the sandbox gets an egress door, a listener on 127.0.0.1:door_port
+  // inside that the host accepts on (Instance::take_door).
+  uint16_t door_port = 0;
 };
 
 // Accounting of a sandbox or an exec, and its limits (the jail's types serve every
@@ -161,6 +164,9 @@ class Instance {
   virtual Result<UniqueFd> open_writable_layer() const = 0;
   // Writers of files on the sandbox's behalf (files API uploads).
   virtual Result<std::unique_ptr<WriterLauncher>> writer_launcher() const = 0;
+  // The egress door's listening socket (in the sandbox's network namespace), once;
+  // empty when the spec had no door_port.
+  virtual UniqueFd take_door() = 0;
   // Host pid of the sandbox's init.
   virtual pid_t host_pid() const = 0;
   // The host id that id `inside` maps to (files written on the sandbox's behalf), and

@@ -11,6 +11,7 @@
 #include <boost/json/object.hpp>
 
 #include "common/error.h"
+#include "net/egress_proxy.h"
 #include "net/package_config.h"
 
 namespace cela::session {
@@ -121,6 +122,8 @@ struct DaemonConfig {
   BlockIoConfig block_io;
   AdmissionConfig admission;
   ConnectionConfig connections;
+  // The egress proxy (docs/operations.md "Egress").
+  net::EgressConfig egress;
   // The package gateway (`packages`): upstreams, cache, and every tenant's ceiling.
   net::PackagesConfig packages;
 

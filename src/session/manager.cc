@@ -74,6 +74,7 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(const DaemonConfig&
   if (!backend) return std::unexpected(backend.error());
   m->backend_ = std::move(*backend);
   for (const auto& note : m->backend_->notes()) std::fprintf(stderr, "cela: %s\n", note.c_str());
+  if (auto r = m->open_egress(); !r) return std::unexpected(r.error());
   auto capacity = HostCapacity::measure(config.admission);
   if (!capacity) return std::unexpected(capacity.error());
   m->admission_.set_host(*capacity, config.admission);  // before the reactor runs
@@ -126,6 +127,7 @@ void SessionManager::shutdown() {
   for (auto& t : launcher_threads_)
     if (t.joinable()) t.join();
   barrier();
+  egress_->stop();
   {
     std::promise<void> done;
     auto f = done.get_future();
@@ -205,11 +207,17 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
     auto policy = net::narrow_policy(config_.packages.ceiling, *spec.packages);
     if (!policy) return give_back(policy.error());
     session->packages = std::move(*policy);
-    session->env = package_env();  // the create's own env comes after, and wins
+    spec.egress_door = true;  // the gateway answers through the door, network or not
   }
+  if (auto r = egress_for(caller, spec, *session); !r) return give_back(r.error());
   session->grant = grant;
   session->tmpl = *tmpl;
   session->limits = spec.limits;
+  session->env = session->door ? egress_env(!egress_ca_pem_.empty()) : std::vector<std::string>{};
+  if (session->packages) {  // the create's own env comes after, and wins
+    auto env = package_env();
+    session->env.insert(session->env.end(), env.begin(), env.end());
+  }
   session->env.insert(session->env.end(), spec.env.begin(), spec.env.end());
   session->allow_sudo = sudo_allowed(*tmpl, spec.allow_sudo);
   session->expires = Clock::now() + std::chrono::seconds(spec.limits.ttl_s);
@@ -220,7 +228,7 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
   r.state = std::string(store::session_state::starting);
   r.template_ref = tmpl->name + "@" + tmpl->version;
   r.limits = spec.limits;
-  r.network = NetworkPolicy{};
+  r.network = spec.network;
   r.metadata = spec.metadata;
   r.spec = {.template_name = spec.template_name, .allow_sudo = session->allow_sudo};
   int64_t now = store::now_ms();
@@ -240,6 +248,7 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
   for (const auto& b : tmpl->binds) is.rootfs.binds.emplace_back(b.source, b.target);
   is.disk_bytes = spec.limits.disk_mb << 20;
   is.limits = {spec.limits.memory_mb << 20, spec.limits.cpus, spec.limits.pids};
+  is.door_port = session->door ? net::kDoorPort : 0;
   asio::post(launcher_, [this, session, is, began, done = std::move(done)]() mutable {
     auto instance = std::make_shared<Result<std::unique_ptr<runtime::Instance>>>(backend_->start(is));
     // Package manager settings are in place before anything runs (session->packages
@@ -285,6 +294,7 @@ void SessionManager::booted(std::shared_ptr<Session> session, Result<std::unique
     return failed(Error{ErrorCode::capacity_exceeded, 0, "the daemon is stopping"}, "daemon_shutdown",
                   "the daemon stopped while the session was starting");
   }
+  if (auto d = open_session_door(*session); !d) return failed(d.error(), "start_failed", d.error().message());
   r.init_pid = session->instance->host_pid();
   r.slot = session->instance->slot();
   r.state = std::string(store::session_state::ready);
@@ -319,6 +329,7 @@ void SessionManager::terminate(const std::shared_ptr<Session>& session, std::str
     exec_finished(*e);
   }
   session->timer.reset();
+  if (session->door) egress_->close_door(session->record.id);
   runtime::Teardown teardown;
   if (session->instance) teardown = session->instance->destroy();
   for (auto& [id, e] : session->execs) e->exec.reset();
@@ -420,6 +431,11 @@ Result<store::SessionPage> SessionManager::list(const Caller& caller, const stor
   return p;
 }
 
+void SessionManager::set_package_gateway(std::shared_ptr<net::PackageGateway> gateway) {
+  packages_ = gateway;
+  egress_->add_service(std::move(gateway));
+}
+
 Result<store::PackageInstallPage> SessionManager::package_installs(const Caller& caller, const std::string& session_id,
                                                                   const store::PageRequest& page) {
   return store_.list_package_installs(caller.tenant_id, session_id, page);
@@ -430,6 +446,8 @@ void SessionManager::patch(const Caller& caller, const std::string& id, PatchSpe
     auto found = find_live(caller, id);
     if (!found) return done(std::unexpected(found.error()));
     Session& s = **found;
+    if (spec.network_allow || spec.network_deny)
+      if (auto r = patch_network(s, spec); !r) return done(std::unexpected(r.error()));
     if (!spec.ttl_s) return done(s.record);
     if (*spec.ttl_s < 1 || *spec.ttl_s > config_.maxima.ttl_s)
       return done(fail(ErrorCode::invalid_argument,

@@ -42,6 +42,7 @@
 #include "runtime/runtime.h"
 #include "session/admission.h"
 #include "session/config.h"
+#include "session/egress.h"
 #include "session/output.h"
 #include "session/tenants.h"
 #include "session/session_fs.h"
@@ -133,7 +134,8 @@ class SessionManager {
   // ---- packages
   // The gateway sessions' package managers talk to (daemon-owned, outlives the
   // manager); set before serving. Without one, `packages` in a create is refused.
-  void set_package_gateway(net::PackageGateway* gateway) { packages_ = gateway; }
+  // It is registered with the egress proxy as the internal service of its host.
+  void set_package_gateway(std::shared_ptr<net::PackageGateway> gateway);
   // The session's install records (also after it ended), oldest first.
   Result<store::PackageInstallPage> package_installs(const Caller& caller, const std::string& session_id,
                                                      const store::PageRequest& page);
@@ -144,6 +146,13 @@ class SessionManager {
   const DaemonConfig& config() const { return config_; }
   // Tenants and keys (any thread).
   Tenants& tenants() { return tenants_; }
+  // The egress proxy every door goes to (net/egress_proxy.h): register internal
+  // services here before serving.
+  net::EgressProxy& egress() { return *egress_; }
+  // GET /v1/sessions/{id}/egress: the session's attempts, oldest first (any thread).
+  Result<std::pair<std::vector<store::EgressRecord>, std::string>> egress_records(const Caller& caller,
+                                                                                  const std::string& session_id,
+                                                                                  const store::PageRequest& page);
 
  private:
   friend struct ExecState;
@@ -190,6 +199,13 @@ class SessionManager {
                          std::optional<uint64_t> declared = std::nullopt);
   static constexpr uint64_t kMemoryCheckBytes = 1 << 20;
   FsLimits fs_limits() const;
+
+  // Egress (session/egress_session.cc): the proxy, at open; a create's door and
+  // policy; handing the booted sandbox's door to the proxy; PATCH network.
+  Result<void> open_egress();
+  Result<void> egress_for(const Caller& caller, const CreateSessionSpec& spec, Session& session);
+  Result<void> open_session_door(Session& session);
+  Result<void> patch_network(Session& session, const PatchSpec& spec);
   // limit when `declared` cannot fit the session (free disk, memory headroom); callers
   // check max_upload_bytes first, before taking the view.
   Result<void> check_declared(const FsView& view, std::optional<uint64_t> declared) const;
@@ -200,6 +216,10 @@ class SessionManager {
   rootfs::TemplateStore templates_;
   std::unique_ptr<runtime::Backend> backend_;
   std::string output_dir_;
+  // The recorder outlives the proxy that reports to it.
+  std::unique_ptr<EgressRecorder> egress_recorder_;
+  std::unique_ptr<net::EgressProxy> egress_;
+  std::string egress_ca_pem_;  // egress.ca_file, handed to sessions with a door
 
   boost::asio::io_context reactor_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> reactor_work_;
@@ -220,7 +240,7 @@ class SessionManager {
   std::unique_ptr<boost::asio::steady_timer> retry_timer_, retention_timer_;
   bool stopping_ = false;
 
-  net::PackageGateway* packages_ = nullptr;
+  std::shared_ptr<net::PackageGateway> packages_;
   std::string package_keyring_;  // packages.debian_keyring's bytes, read at open
 
   std::atomic<int64_t> live_count_{0};

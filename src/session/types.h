@@ -46,6 +46,11 @@ struct CreateSessionSpec {
   std::vector<std::string> env;  // "K=V"
   std::map<std::string, std::string> metadata;
   std::optional<bool> allow_sudo;  // unset: what the template promises
+  // "network": mode none (no door) or allowlist (the door, under these rules).
+  NetworkPolicy network;
+  // The session gets the egress door even with network mode none (then it reaches
+  // internal services only, e.g. the package gateway; net/internal_service.h).
+  bool egress_door = false;
   // `packages` (API.md): unset leaves the session's package managers as the template
   // has them; set, they go through the package gateway in the mode asked for.
   std::optional<net::PackageRequest> packages;
@@ -74,6 +79,8 @@ struct KillSpec {
 
 struct PatchSpec {
   std::optional<uint64_t> ttl_s;
+  // "network": {"allow", "deny"}: the rules of new connections (mode stays).
+  std::optional<std::vector<std::string>> network_allow, network_deny;
 };
 
 // An exec's kept output, whole (GET …/output and /run answers).

@@ -128,7 +128,38 @@ ALTER TABLE api_keys ADD COLUMN host_admin INTEGER NOT NULL DEFAULT 0;
 UPDATE api_keys SET host_admin = 1
   WHERE admin = 1 AND tenant_id IN (SELECT id FROM tenants WHERE name = 'default');
 )sql",
-    // 5: package installs through the gateway (store/package_installs.cc).
+    // 5: egress: every connection attempt through a session's door, the limits its
+    // traffic hit, and the tenants' network ceilings (JSON {"allow", "deny"}; NULL =
+    // no ceiling). See store/egress_store.cc.
+    R"sql(
+CREATE TABLE egress_connections (
+  seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+  session_id  TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  tenant_id   TEXT NOT NULL,
+  at          TEXT NOT NULL,
+  kind        TEXT NOT NULL,
+  host        TEXT NOT NULL,
+  ip          TEXT,
+  port        INTEGER NOT NULL,
+  verdict     TEXT NOT NULL CHECK (verdict IN ('allowed', 'denied')),
+  rule        TEXT,
+  reason      TEXT,
+  bytes_up    INTEGER NOT NULL DEFAULT 0,
+  bytes_down  INTEGER NOT NULL DEFAULT 0,
+  duration_ms INTEGER NOT NULL DEFAULT 0
+) STRICT;
+CREATE INDEX egress_by_session ON egress_connections(session_id, seq);
+CREATE TABLE egress_limit_events (
+  seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+  session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  at         TEXT NOT NULL,
+  kind       TEXT NOT NULL,
+  detail     TEXT NOT NULL
+) STRICT;
+CREATE INDEX egress_limits_by_session ON egress_limit_events(session_id, seq);
+ALTER TABLE tenants ADD COLUMN network_ceiling TEXT;
+)sql",
+    // 6: package installs through the gateway (store/package_installs.cc).
     R"sql(
 CREATE TABLE package_installs (
   seq        INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -147,6 +147,17 @@ class Store {
   // Deletes sessions that ended before `ended_before` (RFC 3339) with their execs and
   // output index rows; returns the output files they named, for the caller to unlink.
   Result<std::vector<std::string>> purge_ended_before(std::string_view ended_before);
+  // ---- Egress (store/egress_store.cc) ----
+  Result<void> insert_egress(const EgressRecord& record);
+  // Oldest first; `cursor` is a next_cursor of the previous page ("" = the first).
+  Result<std::pair<std::vector<EgressRecord>, std::string>> list_egress(std::string_view session_id,
+                                                                        const PageRequest& page);
+  Result<void> insert_limit_event(std::string_view session_id, const LimitEventRecord& event);
+  Result<std::vector<LimitEventRecord>> list_egress_limit_events(std::string_view session_id);
+  // nullopt: the tenant has no ceiling. not_found for an unknown tenant.
+  Result<std::optional<NetworkCeiling>> network_ceiling(std::string_view tenant_id);
+  Result<void> set_network_ceiling(std::string_view tenant_id, const std::optional<NetworkCeiling>& ceiling);
+
   // ---- Exec output index (the bytes live in files the session layer writes) ----
   // Inserts or replaces the (exec_id, stream) entry; the exec must exist.
   Result<void> set_output(const OutputRecord& output);

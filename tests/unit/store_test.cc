@@ -283,11 +283,14 @@ TEST_F(StoreBootstrapTest, MigrationKeepsOnlyTheDefaultTenantsAdminKeysHostWide)
   const std::string other_admin = store_->create_key(other->id, true, true)->key;
   const std::string default_user = store_->create_key((*store_->list_tenants())[0].id, false)->key;
   store_.reset();
-  // Back to schema 3: the column did not exist.
+  // Back to schema 3: the column (and what later migrations made) did not exist.
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open(db_path_.c_str(), &raw), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE api_keys DROP COLUMN host_admin; DROP TABLE package_installs; PRAGMA user_version = 3", nullptr,
-                         nullptr, nullptr),
+  ASSERT_EQ(sqlite3_exec(raw,
+                         "DROP TABLE package_installs; DROP TABLE egress_connections; DROP TABLE egress_limit_events; "
+                         "ALTER TABLE tenants DROP COLUMN network_ceiling; "
+                         "ALTER TABLE api_keys DROP COLUMN host_admin; PRAGMA user_version = 3",
+                         nullptr, nullptr, nullptr),
             SQLITE_OK)
       << sqlite3_errmsg(raw);
   sqlite3_close(raw);
@@ -410,7 +413,7 @@ TEST_F(StoreTest, SessionRoundTripsEveryField) {
   EXPECT_FALSE(got->startup_ms.has_value());
   EXPECT_FALSE(got->cleanup.has_value());
 
-  got->network = NetworkPolicy{.mode = "allowlist", .allow = {"a.example"}};
+  got->network = NetworkPolicy{.mode = "allowlist", .allow = {"a.example"}, .deny = {"b.example"}};
   got->expires_at = "2026-05-28T22:46:40.000Z";
   ASSERT_TRUE(store_->update_session(*got));
   auto updated = store_->get_session_any(s.id);
