@@ -107,6 +107,20 @@ json::object output_json(const session::ExecOutput& out) {
 
 }  // namespace
 
+namespace {
+// `?limit=` (1..1000) and `?cursor=` of a listing.
+std::expected<session::PageRequest, ApiError> page_of(Request& req) {
+  session::PageRequest page;
+  if (auto l = req.query_value("limit")) {
+    auto [p, ec] = std::from_chars(l->data(), l->data() + l->size(), page.limit);
+    if (ec != std::errc() || p != l->data() + l->size() || page.limit < 1 || page.limit > 1000)
+      return std::unexpected(ApiError::invalid_request("query `limit` must be 1..1000"));
+  }
+  if (auto c = req.query_value("cursor")) page.cursor = std::string(*c);
+  return page;
+}
+}  // namespace
+
 void add_session_routes(RouteContext& ctx) {
   Router& r = ctx.server.router();
   auto& mgr = ctx.sessions;
@@ -131,14 +145,9 @@ void add_session_routes(RouteContext& ctx) {
     if (auto s = req.query_value("state")) filter.state = std::string(*s);
     for (auto& [k, v] : req.query)
       if (k.starts_with("metadata.")) filter.metadata[k.substr(9)] = v;
-    session::PageRequest page;
-    if (auto l = req.query_value("limit")) {
-      auto [p, ec] = std::from_chars(l->data(), l->data() + l->size(), page.limit);
-      if (ec != std::errc() || p != l->data() + l->size() || page.limit < 1 || page.limit > 1000)
-        return res.error(ApiError::invalid_request("query `limit` must be 1..1000"));
-    }
-    if (auto c = req.query_value("cursor")) page.cursor = std::string(*c);
-    answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), filter, page]() -> ApiResult<json::value> {
+    auto page = page_of(req);
+    if (!page) return res.error(page.error());
+    answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), filter, page = *page]() -> ApiResult<json::value> {
       auto p = mgr.list(caller, filter, page);
       if (!p) return std::unexpected(from_error(p.error()));
       json::array items;
@@ -159,15 +168,10 @@ void add_session_routes(RouteContext& ctx) {
   });
 
   r.add(verb::get, "/v1/sessions/{id}/packages", docs::session_packages, [&](Request& req, Responder& res) {
-    session::PageRequest page;
-    if (auto l = req.query_value("limit")) {
-      auto [p, ec] = std::from_chars(l->data(), l->data() + l->size(), page.limit);
-      if (ec != std::errc() || p != l->data() + l->size() || page.limit < 1 || page.limit > 1000)
-        return res.error(ApiError::invalid_request("query `limit` must be 1..1000"));
-    }
-    if (auto c = req.query_value("cursor")) page.cursor = std::string(*c);
+    auto page = page_of(req);
+    if (!page) return res.error(page.error());
     answer_blocking(ctx, res, 200,
-                    [&mgr, caller = caller_of(req), id = std::string(req.param("id")), page]() -> ApiResult<json::value> {
+                    [&mgr, caller = caller_of(req), id = std::string(req.param("id")), page = *page]() -> ApiResult<json::value> {
                       auto p = mgr.package_installs(caller, id, page);
                       if (!p) return std::unexpected(from_error(p.error()).with_session(id));
                       json::array items;
