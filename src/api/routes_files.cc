@@ -340,8 +340,9 @@ void add_file_routes(RouteContext& ctx) {
         return {};
       });
       if (r) {
-        writer->finish();
+        // Recorded before the last chunk: a client that has the whole tar finds the record.
         ctx.sessions.record_export(caller, id, "archive", path, size, hash.hex_final());
+        writer->finish();
       } else {
         writer->abort();  // a truncated tar must not look complete
       }
