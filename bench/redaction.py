@@ -20,7 +20,7 @@ out = subprocess.run([a.bench, "--benchmark_format=json", f"--benchmark_repetiti
 rates = {}
 for b in json.loads(out.stdout)["benchmarks"]:
     if b.get("aggregate_name") == "median":
-        rates[b["run_name"]] = b["bytes_per_second"] / (1 << 20)
+        rates[b["run_name"].split("/")[0]] = b["bytes_per_second"] / (1 << 20)
 plain, redact = rates["BM_PlainCopy"], rates["BM_Redact50Secrets"]
 print(f"plain copy:              {plain:10.1f} MiB/s")
 print(f"redaction, 50 secrets:   {redact:10.1f} MiB/s")
