@@ -1,6 +1,9 @@
 #include "obs/redact.h"
 
+#include "common/encoding.h"
+
 #include <algorithm>
+#include <cctype>
 #include <deque>
 #include <limits>
 
@@ -14,14 +17,9 @@ void add_form(std::vector<std::string>& forms, std::string s) {
   if (std::ranges::find(forms, s) == forms.end()) forms.push_back(std::move(s));
 }
 
-std::string hex(std::string_view v, bool upper) {
-  const char* digits = upper ? "0123456789ABCDEF" : "0123456789abcdef";
-  std::string out;
-  out.reserve(v.size() * 2);
-  for (unsigned char c : v) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
+std::string upper_hex(std::string_view v) {
+  std::string out = hex_encode(v);
+  for (auto& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return out;
 }
 
@@ -93,8 +91,8 @@ std::vector<std::string> redaction_forms(std::string_view value) {
   std::vector<std::string> forms;
   if (value.empty()) return forms;
   forms.emplace_back(value);
-  add_form(forms, hex(value, false));
-  add_form(forms, hex(value, true));
+  add_form(forms, hex_encode(value));
+  add_form(forms, upper_hex(value));
   for (bool upper : {true, false})
     for (bool keep_slash : {false, true})
       for (bool plus : {false, true}) add_form(forms, percent(value, upper, keep_slash, plus));

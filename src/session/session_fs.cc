@@ -160,12 +160,16 @@ Result<void> SessionFs::check_writable(int dir_fd, std::string_view path) const 
   return fail(ErrorCode::policy_denied, "outside the writable paths: " + std::string(path));
 }
 
+bool SessionFs::owner_may_write(const struct stat& dir) const {
+  mode_t m = dir.st_mode;
+  return (dir.st_uid == owner_uid_) ? (m & S_IWUSR) : (dir.st_gid == owner_gid_) ? (m & S_IWGRP) : (m & S_IWOTH);
+}
+
 Result<void> SessionFs::check_owner_may_write(int dir_fd, std::string_view path) const {
   auto st = stat_fd(dir_fd, "check " + std::string(path));
   if (!st) return std::unexpected(st.error());
   mode_t m = st->st_mode;
-  bool ok = (st->st_uid == owner_uid_) ? (m & S_IWUSR) : (st->st_gid == owner_gid_) ? (m & S_IWGRP) : (m & S_IWOTH);
-  if (!ok)
+  if (!owner_may_write(*st))
     return fail(ErrorCode::permission_denied,
                 "the sandbox user may not write in the directory of " + std::string(path) + " (its permissions)");
   if ((m & S_ISVTX) && st->st_uid != owner_uid_) {
@@ -186,12 +190,9 @@ Result<void> SessionFs::check_import_target(std::string_view dir) const {
   if (!fd) return std::unexpected(fd.error());
   auto st = stat_fd(fd->get(), "check " + std::string(dir));
   if (!st) return std::unexpected(st.error());
-  if (as_owner_) {
-    mode_t m = st->st_mode;
-    bool ok = (st->st_uid == owner_uid_) ? (m & S_IWUSR) : (st->st_gid == owner_gid_) ? (m & S_IWGRP) : (m & S_IWOTH);
-    if (!ok)
-      return fail(ErrorCode::permission_denied,
-                  "the sandbox user may not write in " + std::string(dir) + " (its permissions)");
+  if (as_owner_ && !owner_may_write(*st)) {
+    return fail(ErrorCode::permission_denied,
+                "the sandbox user may not write in " + std::string(dir) + " (its permissions)");
   }
   auto in = within(fd->get(), dir, writable_roots_);
   if (!in) return std::unexpected(in.error());

@@ -48,6 +48,7 @@
 // another location inside the root, never outside it.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -239,6 +240,7 @@ class SessionFs {
   // Whether the resolved directory is at or below one of `roots`.
   Result<bool> within(int dir_fd, std::string_view path, const std::vector<std::string>& roots) const;
   Result<void> check_owner_may_write(int dir_fd, std::string_view path) const;
+  bool owner_may_write(const struct stat& dir) const;
   Result<void> check_exportable(int dir_fd, std::string_view path) const;
   bool exports_everything() const;
   // Creates directory `name` in `dir_fd` with `mode`, owned by the owner (EEXIST is

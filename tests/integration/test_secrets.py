@@ -36,16 +36,11 @@ def put_secret(d, name, value=SECRET, **extra):
 
 
 def session(d, grants, **extra):
-    st, s, _ = d.request("POST", "/v1/sessions", {"template": TEMPLATE, "limits": {"memory_mb": 256},
-                                                  "secrets": grants, **extra})
-    assert st == 201, s
-    return s["id"]
+    return d.session(template=TEMPLATE, secrets=grants, **extra)
 
 
 def run(d, sid, cmd, **extra):
-    st, r, _ = d.request("POST", f"/v1/sessions/{sid}/run", {"cmd": cmd, **extra})
-    assert st == 200, r
-    return r
+    return d.run(sid, cmd, **extra)
 
 
 def forms(value):
