@@ -89,5 +89,12 @@ extern const RouteDoc move_path;
 extern const RouteDoc export_archive;
 extern const RouteDoc import_archive;
 
+// route_docs_storage.cc (routes_storage.cc)
+extern const RouteDoc reset_session;
+extern const RouteDoc create_volume;
+extern const RouteDoc list_volumes;
+extern const RouteDoc get_volume;
+extern const RouteDoc delete_volume;
+
 }  // namespace docs
 }  // namespace cela::api

@@ -69,6 +69,10 @@ struct Session {
   std::unique_ptr<boost::asio::steady_timer> timer;
   Clock::time_point expires, last_activity;
   bool ended = false;
+  // What the runtime was asked for (reset boots it again), and whether a reset is
+  // between its teardown and the new init (the session has no instance then).
+  runtime::InstanceSpec instance_spec;
+  bool resetting = false;
 
   int running_execs() const {
     int n = 0;
