@@ -33,7 +33,8 @@ class TempDir {
 };
 
 TEST(VolumeNames, OnlySafeNames) {
-  for (const char* ok : {"a", "work", "my-vol_1.2", "0abc", std::string(63, 'x').c_str()})
+  EXPECT_TRUE(rootfs::valid_volume_name(std::string(63, 'x')));
+  for (const char* ok : {"a", "work", "my-vol_1.2", "0abc"})
     EXPECT_TRUE(rootfs::valid_volume_name(ok)) << ok;
   for (const char* bad : {"", ".", "..", "-a", "_a", ".a", "A", "a/b", "a b", "a\n", "../x"})
     EXPECT_FALSE(rootfs::valid_volume_name(bad)) << bad;
