@@ -27,11 +27,6 @@ using agent::sys_fsmount;
 using agent::sys_fsopen;
 namespace {
 
-// <linux/ext4.h> is not in this libc's headers: the ioctl (shared with XFS's
-// GOINGDOWN) and its "drop the log" flag.
-constexpr unsigned long kExt4IocShutdown = _IOR('X', 125, uint32_t);
-constexpr uint32_t kExt4GoingFlagsNoLogFlush = 2;
-
 constexpr const char* kMkfs = "/usr/sbin/mkfs.ext4";
 
 std::string entry_name(int number, uint64_t dev, uint64_t ino) {
@@ -210,12 +205,6 @@ Result<UniqueFd> mount_ext4(const LoopDevice& loop, bool read_only, uint64_t att
   UniqueFd mnt(sys_fsmount(fs.get(), FSMOUNT_CLOEXEC, static_cast<unsigned>(attrs)));
   if (!mnt) return sys_fail("fsmount ext4 " + source);
   return mnt;
-}
-
-Result<void> shutdown_ext4(int fd) {
-  uint32_t flags = kExt4GoingFlagsNoLogFlush;
-  if (::ioctl(fd, kExt4IocShutdown, &flags) != 0) return sys_fail("shut down the writable layer");
-  return {};
 }
 
 Result<uint64_t> fs_used_bytes(int fd) {

@@ -69,10 +69,6 @@ Result<UniqueFd> clone_image_unlinked(int image_fd, const std::string& dir);
 // `ephemeral`: a writable layer that dies with its session (its inode tables are never
 // zeroed in the background).
 Result<UniqueFd> mount_ext4(const LoopDevice& loop, bool read_only, uint64_t attrs, bool ephemeral = false);
-// Stops every further write to the filesystem holding `fd` and drops its dirty pages
-// (EXT4_IOC_SHUTDOWN, no log flush): an ephemeral layer's unmount then writes nothing
-// back into an image that is about to be freed.
-Result<void> shutdown_ext4(int fd);
 
 // Bytes in use on the filesystem holding `fd` (blocks minus free blocks).
 Result<uint64_t> fs_used_bytes(int fd);

@@ -297,9 +297,9 @@ class JailInstance final : public Instance {
     meter_->close();
     teardown_.disk = meter_->usage();
     if (disk_) {
-      Disk::Released released = disk_->release();
-      teardown_.disk_freed = released.image_removed;
-      teardown_.loop_detached = released.loop_detached;
+      std::shared_ptr<Disk> disk = std::move(disk_);
+      teardown_.disk_freed = true;  // its image was never linked: nothing on the host refers to it
+      teardown_.release_disk = [disk] { return disk->release().loop_detached; };
     } else {
       teardown_.disk_freed = sandbox_->upper_fd() < 0;  // the tmpfs went with its last reference
     }
@@ -393,7 +393,7 @@ class JailInstance final : public Instance {
 
   std::unique_ptr<jail::Sandbox> sandbox_;
   jail::UidSlot slot_;  // released after the sandbox is gone (member order)
-  std::unique_ptr<Disk> disk_;  // null: a tmpfs layer
+  std::unique_ptr<Disk> disk_;  // null: a tmpfs layer (or handed to teardown_.release_disk)
   std::vector<std::shared_ptr<VolumeUse>> volumes_;
   std::shared_ptr<DiskMeter> meter_;
   asio::io_context* reactor_ = nullptr;

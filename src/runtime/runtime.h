@@ -155,10 +155,13 @@ struct Teardown {
   // The writable layer: a tmpfs is freed with its last reference; a disk-backed
   // one's image (never linked) is gone and its loop device unbound.
   bool disk_freed = false;
-  bool loop_detached = false;  // disk kind only
   uint64_t volumes_released = 0;
   DiskUsage disk;  // the writable layer's last reading
   std::string error;  // "" when clean
+  // Disk kind: the release of the layer (unmount, loop device, image: tens of ms), left
+  // to the caller to run off the reactor; says whether the loop device let go. Empty
+  // for a tmpfs layer. Run it at most once, on any thread.
+  std::function<bool()> release_disk;
 };
 
 class Instance {

@@ -61,7 +61,8 @@ Disk::Released Disk::release() {
   if (released_) return *released_;
   Released r;
   meter_->close();
-  if (mount_) (void)jail::shutdown_ext4(mount_.get());
+  // (EXT4_IOC_SHUTDOWN first, to drop dirty pages, was measured slower: 62 ms against
+  // 31 ms for a small layer, the unmount of a shut-down filesystem waits longer.)
   mount_.reset();
   // The last reference to the superblock goes with the mount: the kernel unmounts it
   // (task work, before close returns) and releases the device; autoclear unbinds it.

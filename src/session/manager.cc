@@ -325,7 +325,6 @@ void SessionManager::terminate(const std::shared_ptr<Session>& session, std::str
   cleanup.cgroup_removed = teardown.cgroup_removed;
   cleanup.mounts_removed = true;  // they lived only in the session's mount namespace
   cleanup.upper_dir_freed = session->instance_spec.disk_kind == runtime::DiskKind::memory || teardown.disk_freed;
-  if (session->instance_spec.disk_kind == runtime::DiskKind::disk) cleanup.loop_detached = teardown.loop_detached;
   cleanup.disk_used_bytes = teardown.disk.used_bytes;
   cleanup.disk_written_bytes = teardown.disk.written_bytes;
   cleanup.volumes_released = teardown.volumes_released;
@@ -347,6 +346,7 @@ void SessionManager::terminate(const std::shared_ptr<Session>& session, std::str
     }
     retry_unrecorded();
   }
+  if (teardown.release_disk) release_disk_later(session, std::move(teardown.release_disk), true);
   sessions_.erase(r.id);
   live_count_ = static_cast<int64_t>(sessions_.size());
   admission_.give_back(session->grant);
@@ -450,9 +450,20 @@ void SessionManager::patch(const Caller& caller, const std::string& id, PatchSpe
 }
 
 void SessionManager::remove(const Caller& caller, const std::string& id, Done<SessionRecord> done) {
-  on_reactor([this, caller, id, done = std::move(done)] {
-    if (auto it = sessions_.find(id); it != sessions_.end() && it->second->record.tenant_id == caller.tenant_id)
-      terminate(it->second, "terminated", "deleted", "deleted through the API");
+  on_reactor([this, caller, id, done = std::move(done)]() mutable {
+    std::shared_ptr<Session> ending;
+    if (auto it = sessions_.find(id); it != sessions_.end() && it->second->record.tenant_id == caller.tenant_id) {
+      ending = it->second;
+      terminate(ending, "terminated", "deleted", "deleted through the API");
+    }
+    // The answer waits (holding no thread) for the disk layer's release, so that its
+    // cleanup report can say the loop device let go.
+    if (ending && ending->disk_pending) {
+      ending->after_release.push_back([this, caller, id, done = std::move(done)]() mutable {
+        remove(caller, id, std::move(done));
+      });
+      return;
+    }
     std::unique_lock lock(unrecorded_mu_);
     if (auto it = unrecorded_.find(id); it != unrecorded_.end() && it->second.tenant_id == caller.tenant_id) {
       lock.unlock();

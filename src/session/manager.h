@@ -190,6 +190,10 @@ class SessionManager {
   void rebooted(std::shared_ptr<Session> session, Result<std::unique_ptr<runtime::Instance>> instance,
                 std::chrono::steady_clock::time_point began, Done<store::SessionRecord> done);
   VolumeInfo volume_info(rootfs::VolumeRecord record) const;
+  // Runs a disk layer's release on a launcher thread; with `record`, the session's
+  // cleanup report then says whether its loop device let go (set_cleanup), and what
+  // waits in after_release runs.
+  void release_disk_later(std::shared_ptr<Session> session, std::function<bool()> release, bool record);
   void exec_started(ExecState& e);
   void exec_finished(ExecState& e);
   void maybe_finish(ExecState& e);

@@ -4,6 +4,7 @@
 
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -73,6 +74,10 @@ struct Session {
   // between its teardown and the new init (the session has no instance then).
   runtime::InstanceSpec instance_spec;
   bool resetting = false;
+  // A disk layer being released off the reactor after the end; what waits for it (a
+  // DELETE answers once the cleanup report can say the loop device let go).
+  bool disk_pending = false;
+  std::vector<std::function<void()>> after_release;
 
   int running_execs() const {
     int n = 0;

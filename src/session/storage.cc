@@ -2,6 +2,7 @@
 // create, list, get and delete), the writable-layer meters get() reads, and reset.
 #include <boost/asio/post.hpp>
 #include <algorithm>
+#include <cstdio>
 
 #include "session/manager.h"
 #include "session/state.h"
@@ -106,7 +107,8 @@ void SessionManager::reset(const Caller& caller, const std::string& id, Done<Ses
     }
     // The old sandbox goes whole: processes, cgroup, writable layer (its image and loop
     // device), its use of the volumes (they stay claimed by this session).
-    (void)session->instance->destroy();
+    runtime::Teardown teardown = session->instance->destroy();
+    if (teardown.release_disk) release_disk_later(session, std::move(teardown.release_disk), false);
     for (auto& [eid, e] : session->execs) e->exec.reset();
     session->instance.reset();
     session->writers.reset();
@@ -157,6 +159,35 @@ void SessionManager::rebooted(std::shared_ptr<Session> session, Result<std::uniq
   SessionRecord out = r;
   fill_disk(out);
   done(out);
+}
+
+void SessionManager::release_disk_later(std::shared_ptr<Session> session, std::function<bool()> release,
+                                        bool record) {
+  assert_on_reactor();
+  if (record) session->disk_pending = true;
+  asio::post(launcher_, [this, session, release = std::move(release), record] {
+    bool detached = release();
+    if (!record) return;
+    on_reactor([this, session, detached] {
+      session->disk_pending = false;
+      SessionRecord& r = session->record;
+      if (r.cleanup) {
+        r.cleanup->loop_detached = detached;
+        if (!detached) r.cleanup->error += (r.cleanup->error.empty() ? "" : "; ") + std::string("loop device still bound");
+        bool stored = false;
+        {
+          std::lock_guard lock(unrecorded_mu_);
+          if (auto it = unrecorded_.find(r.id); it != unrecorded_.end()) it->second.cleanup = r.cleanup, stored = true;
+        }
+        if (!stored)
+          if (auto w = store_.set_cleanup(r.id, *r.cleanup); !w)
+            std::fprintf(stderr, "cela: recording the disk cleanup of %s: %s\n", r.id.c_str(), w.error().message().c_str());
+      }
+      auto waiting = std::move(session->after_release);
+      session->after_release.clear();
+      for (auto& f : waiting) f();
+    });
+  });
 }
 
 // ---- the volumes API
