@@ -79,6 +79,7 @@ Disk::Released Disk::release() {
 
 Result<std::unique_ptr<DiskPool>> DiskPool::open(const DiskPoolOptions& options) {
   std::unique_ptr<DiskPool> pool(new DiskPool(options));
+  if (options.dir.empty()) return pool;  // no disk layers (cela run): take() refuses
   if (auto r = make_dirs(options.dir, 0700); !r) return std::unexpected(r.error());
   if (auto r = pool->ledger_.open(); !r) return std::unexpected(r.error());
   // Loop devices first (a bound one could still reference a file below).
@@ -127,6 +128,7 @@ Result<int> DiskPool::empty_image(uint64_t bytes) {
 }
 
 Result<std::unique_ptr<Disk>> DiskPool::make(uint64_t bytes) {
+  if (options_.dir.empty()) return fail(ErrorCode::invalid_argument, "no directory for disk-backed layers configured");
   auto empty = empty_image(bytes);
   if (!empty) return std::unexpected(empty.error());
   auto file = jail::clone_image_unlinked(*empty, options_.dir);

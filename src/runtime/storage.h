@@ -92,7 +92,7 @@ class Disk {
 };
 
 struct DiskPoolOptions {
-  std::string dir;              // images (unlinked) and the loop ledger live here
+  std::string dir;              // images (unlinked) and the loop ledger live here; "": no disk layers
   uint64_t ready_bytes = 1ull << 30;  // the size the pool keeps ready (the default disk_mb)
   size_t ready = 2;             // how many it keeps ready (0: none, every create makes its own)
 };
