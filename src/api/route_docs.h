@@ -93,6 +93,12 @@ extern const RouteDoc import_archive;
 extern const RouteDoc put_secret;
 extern const RouteDoc list_secrets;
 extern const RouteDoc delete_secret;
+// route_docs_storage.cc (routes_storage.cc)
+extern const RouteDoc reset_session;
+extern const RouteDoc create_volume;
+extern const RouteDoc list_volumes;
+extern const RouteDoc get_volume;
+extern const RouteDoc delete_volume;
 
 }  // namespace docs
 }  // namespace cela::api

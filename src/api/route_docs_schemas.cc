@@ -196,7 +196,15 @@ json::value session_schema() {
        {"expires_at", nullable(timestamp())},
        {"metadata", string_map()},
        {"termination", nullable(ref("Termination"))},
-       {"startup_ms", nullable(integer_schema("wall time of the create"))},
+       {"startup_ms", nullable(integer_schema("wall time of the create (of the last reset, after one)"))},
+       {"disk", object_schema({{"kind", enum_schema({"disk", "memory"})}}, {"kind"},
+                              "the writable layer: an ext4 image of its own (disk) or a tmpfs (memory)")},
+       {"disk_used_bytes", nullable(integer_schema("bytes in use in the writable layer beyond an empty one"))},
+       {"disk_written_bytes",
+        nullable(integer_schema("bytes written to the writable layer's image since create (or the last reset); "
+                                "null for a memory layer (tmpfs keeps no such counter)"))},
+       {"volumes", array_of(ref("VolumeMount"))},
+       {"resets", integer_schema("POST .../reset calls so far (while the session is live)")},
        {"cleanup", ref("Cleanup")}},
       {"id", "state", "template", "limits", "network", "created_at", "ready_at", "expires_at",
        "metadata", "termination", "startup_ms"},
@@ -301,7 +309,28 @@ const json::object& component_schemas() {
                                   {"mounts_removed", boolean_schema()},
                                   {"upper_dir_freed", boolean_schema()},
                                   {"secrets_wiped", integer_schema()},
+                                  {"loop_detached",
+                                   boolean_schema("disk layer: its loop device is no longer bound to its image (the "
+                                                  "image, never linked, is gone with it)")},
+                                  {"disk_used_bytes", integer_schema("the writable layer's last reading")},
+                                  {"disk_written_bytes", integer_schema("the writable layer's last reading")},
+                                  {"volumes_released", integer_schema("volumes the session no longer holds")},
                                   {"error", string_schema("what could not be cleaned up")}});
+    s["VolumeMount"] = object_schema({{"name", string_schema("a volume of the caller's tenant")},
+                                      {"path", string_schema("absolute path inside; not /, /proc, /dev, /sys")},
+                                      {"read_only", boolean_schema("default false; one writer at a time")}},
+                                     {"name", "path"});
+    s["Volume"] = object_schema({{"name", string_schema()},
+                                 {"size_mb", integer_schema("the cap: writes past it fail with ENOSPC")},
+                                 {"created_at", timestamp()},
+                                 {"allocated_bytes", integer_schema("host disk the (sparse) image takes now")},
+                                 {"writer", nullable(string_schema("the session mounting it read-write"))},
+                                 {"readers", array_of(string_schema(), "sessions mounting it read-only")}},
+                                {"name", "size_mb", "created_at", "allocated_bytes", "writer", "readers"});
+    s["VolumeList"] = object_schema({{"volumes", array_of(ref("Volume"), "by name")}}, {"volumes"});
+    s["CreateVolume"] = object_schema({{"name", string_schema("1-63 of a-z 0-9 . _ -, starting with a letter or digit")},
+                                       {"size_mb", integer_schema("16 up to the server's volumes.max_size_mb")}},
+                                      {"name", "size_mb"});
     s["Session"] = session_schema();
     s["DeletedSession"] = json::object{
         {"allOf", json::array{ref("Session"), object_schema({{"cleanup", ref("Cleanup")}},
@@ -334,8 +363,9 @@ const json::object& component_schemas() {
                          {"max_export_mb", integer_schema()},
                          {"scan_secrets", enum_schema({"refuse", "redact", "off"})}},
                         {}, "file policy; narrows the tenant defaults (widening is policy_denied)")},
-         {"volumes",
-          array_of(json::object{{"type", "object"}}, "refused (policy_denied) unless empty")},
+         {"volumes", array_of(ref("VolumeMount"), "volumes of the tenant to mount (at most 8)")},
+         {"disk", object_schema({{"kind", enum_schema({"disk", "memory"})}}, {},
+                                "the writable layer; default: the server's disk.kind")},
          {"pool", json::object{{"description", "accepted, not used yet"}}}},
         {}, "every field optional");
     s["PatchSession"] = object_schema(

@@ -104,13 +104,66 @@ Result<std::vector<session::SecretGrantSpec>> parse_secret_grants(const JsonFiel
   return out;
 }
 
+// Where a volume may be shown: an absolute, normalised path that is not the root nor
+// inside the kernel's or init's own mounts.
+bool volume_path_ok(const std::string& p) {
+  if (p.size() < 2 || p.size() > 255 || p[0] != '/' || p.back() == '/') return false;
+  if (p.find('\0') != std::string::npos || p.find("//") != std::string::npos) return false;
+  for (size_t at = 0; at != std::string::npos;) {
+    size_t next = p.find('/', at + 1);
+    std::string part = p.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1);
+    if (part == "." || part == "..") return false;
+    at = next;
+  }
+  for (const char* kernel : {"/proc", "/dev", "/sys"})
+    if (p == kernel || p.starts_with(std::string(kernel) + "/")) return false;
+  return true;
+}
+
+constexpr size_t kMaxVolumes = 8;
+
+Result<std::vector<session::VolumeMountSpec>> parse_volume_mounts(const JsonFields& f) {
+  std::vector<session::VolumeMountSpec> out;
+  auto a = f.array("volumes");
+  if (!a) return std::unexpected(a.error());
+  if (!*a) return out;
+  if ((*a)->size() > kMaxVolumes)
+    return std::unexpected(f.invalid("volumes", "holds at most " + std::to_string(kMaxVolumes) + " volumes"));
+  for (size_t i = 0; i < (*a)->size(); ++i) {
+    const json::value& item = (**a)[i];
+    std::string where = "volumes[" + std::to_string(i) + "]";
+    if (!item.is_object()) return std::unexpected(Error{ErrorCode::invalid_argument, 0, "field `" + where + "` must be an object"});
+    JsonFields v(item.as_object(), where);
+    if (auto ok = v.only({"name", "path", "read_only"}); !ok) return std::unexpected(ok.error());
+    session::VolumeMountSpec m;
+    auto name = v.require_string("name");
+    if (!name) return std::unexpected(name.error());
+    auto path = v.require_string("path");
+    if (!path) return std::unexpected(path.error());
+    auto ro = v.boolean("read_only");
+    if (!ro) return std::unexpected(ro.error());
+    m.name = *name;
+    m.path = *path;
+    m.read_only = ro->value_or(false);
+    if (!volume_path_ok(m.path))
+      return std::unexpected(v.invalid("path", "must be an absolute, normalised path other than / and not under "
+                                               "/proc, /dev or /sys"));
+    for (const auto& other : out) {
+      if (other.path == m.path) return std::unexpected(v.invalid("path", "is used twice"));
+      if (other.name == m.name) return std::unexpected(v.invalid("name", "is mounted twice"));
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<session::CreateSessionSpec> parse_create_session(const json::object& body,
                                                            const session::DaemonConfig& c) {
   JsonFields f(body);
   if (auto ok = f.only({"template", "limits", "env", "secrets", "network", "packages", "volumes", "metadata", "pool",
-                        "allow_sudo", "files"});
+                        "allow_sudo", "files", "disk"});
       !ok)
     return std::unexpected(ok.error());
   session::CreateSessionSpec s;
@@ -176,10 +229,6 @@ Result<session::CreateSessionSpec> parse_create_session(const json::object& body
     if (*mode && **mode != "off")
       return std::unexpected(Error{ErrorCode::policy_denied, 0, "package mode other than `off` is not available on this server"});
   }
-  auto volumes = f.array("volumes");
-  if (!volumes) return std::unexpected(volumes.error());
-  if (*volumes && !(*volumes)->empty())
-    return std::unexpected(Error{ErrorCode::policy_denied, 0, "volumes are not available on this server"});
   auto grants = parse_secret_grants(f, c.maxima.ttl_s);
   if (!grants) return std::unexpected(grants.error());
   s.secrets = std::move(*grants);
@@ -190,6 +239,19 @@ Result<session::CreateSessionSpec> parse_create_session(const json::object& body
     if (!policy) return std::unexpected(policy.error());
     s.files = std::move(*policy);
   }
+  auto disk = f.object("disk");
+  if (!disk) return std::unexpected(disk.error());
+  if (*disk) {
+    if (auto ok = (*disk)->only({"kind"}); !ok) return std::unexpected(ok.error());
+    auto kind = (*disk)->string("kind");
+    if (!kind) return std::unexpected(kind.error());
+    if (*kind && **kind != "disk" && **kind != "memory")
+      return std::unexpected((*disk)->invalid("kind", "must be \"disk\" or \"memory\""));
+    s.disk_kind = *kind;
+  }
+  auto volumes = parse_volume_mounts(f);
+  if (!volumes) return std::unexpected(volumes.error());
+  s.volumes = std::move(*volumes);
   return s;
 }
 

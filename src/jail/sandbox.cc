@@ -234,7 +234,9 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
     return std::unexpected(r.error());
   }
   if (::send(sb->control_fd(), "m", 1, MSG_NOSIGNAL) != 1) return sys_fail("signal id maps to init");
-  const RootfsSpec rootfs = fit_tmpfs_to_memory(spec.rootfs, spec.limits.memory_bytes);
+  // A disk-backed layer is not memory: only /dev/shm (and a tmpfs layer) must fit.
+  RootfsSpec rootfs = fit_tmpfs_to_memory(spec.rootfs, spec.limits.memory_bytes);
+  if (spec.disk_root >= 0) rootfs.disk_bytes = spec.rootfs.disk_bytes;
   json::object config = message(MessageType::config, {{"hostname", spec.hostname},
                                                        {"shm_bytes", rootfs.shm_bytes},
                                                        {"pty_max", rootfs.pty_max}});
@@ -246,7 +248,7 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
     std::string userns_path = "/proc/" + std::to_string(pid) + "/ns/user";
     UniqueFd userns(::open(userns_path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!userns) return sys_fail("open " + userns_path);
-    auto mounts = prepare_rootfs(rootfs, userns.get(), spec.host_uid_base);
+    auto mounts = prepare_rootfs(rootfs, userns.get(), spec.host_uid_base, spec.disk_root, spec.volumes);
     if (!mounts) return std::unexpected(mounts.error());
     sb->upper_ = std::move(mounts->upper);
     json::array targets;

@@ -38,6 +38,10 @@ struct SandboxSpec {
   CgroupLimits limits;
   uint32_t host_uid_base = 0;  // host uid that is root inside and owns the user namespace
   KernelBudgets budgets;
+  // A disk-backed writable layer (jail/disk.h), held by the caller for the sandbox's
+  // life; -1: a tmpfs sized by rootfs.disk_bytes.
+  int disk_root = -1;
+  std::vector<VolumeBind> volumes;  // their mounts held by the caller
 };
 
 struct StartedExec {

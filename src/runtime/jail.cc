@@ -204,8 +204,18 @@ class JailWriterLauncher final : public WriterLauncher {
 
 class JailInstance final : public Instance {
  public:
-  JailInstance(std::unique_ptr<jail::Sandbox> sandbox, jail::UidSlot slot)
-      : sandbox_(std::move(sandbox)), slot_(std::move(slot)) {}
+  JailInstance(std::unique_ptr<jail::Sandbox> sandbox, jail::UidSlot slot, std::unique_ptr<Disk> disk,
+               std::vector<std::shared_ptr<VolumeUse>> volumes)
+      : sandbox_(std::move(sandbox)), slot_(std::move(slot)), disk_(std::move(disk)), volumes_(std::move(volumes)) {
+    if (disk_) {
+      meter_ = disk_->meter();
+    } else {
+      // tmpfs: the upper dir's filesystem, measured from what it holds now (empty).
+      UniqueFd fd(::fcntl(sandbox_->upper_fd(), F_DUPFD_CLOEXEC, 3));
+      uint64_t base = fd ? jail::fs_used_bytes(fd.get()).value_or(0) : 0;
+      meter_ = std::make_shared<DiskMeter>(std::move(fd), -1, base, 0);
+    }
+  }
   ~JailInstance() override {
     *alive_ = false;
     destroy();
@@ -277,6 +287,8 @@ class JailInstance final : public Instance {
     return std::unique_ptr<WriterLauncher>(new JailWriterLauncher(std::move(*entry), std::move(userns)));
   }
   pid_t host_pid() const override { return sandbox_->init_pid(); }
+  std::shared_ptr<DiskMeter> disk_meter() const override { return meter_; }
+  DiskKind disk_kind() const override { return disk_ ? DiskKind::disk : DiskKind::memory; }
   Result<UniqueFd> open_writable_layer() const override {
     if (sandbox_->upper_fd() < 0) return fail(ErrorCode::gone, "the sandbox's writable layer is gone");
     UniqueFd fd(::fcntl(sandbox_->upper_fd(), F_DUPFD_CLOEXEC, 3));
@@ -305,6 +317,18 @@ class JailInstance final : public Instance {
     auto report = sandbox_->destroy();
     if (report) teardown_.cgroup_removed = report->cgroup_removed;
     else teardown_.error = report.error().message();
+    // Every process is gone: the writable layer and the volumes have no user left.
+    meter_->close();
+    teardown_.disk = meter_->usage();
+    if (disk_) {
+      std::shared_ptr<Disk> disk = std::move(disk_);
+      teardown_.disk_freed = true;  // its image was never linked: nothing on the host refers to it
+      teardown_.release_disk = [disk] { return disk->release().loop_detached; };
+    } else {
+      teardown_.disk_freed = sandbox_->upper_fd() < 0;  // the tmpfs went with its last reference
+    }
+    teardown_.volumes_released = volumes_.size();
+    volumes_.clear();
     return teardown_;
   }
 
@@ -427,6 +451,9 @@ class JailInstance final : public Instance {
 
   std::unique_ptr<jail::Sandbox> sandbox_;
   jail::UidSlot slot_;  // released after the sandbox is gone (member order)
+  std::unique_ptr<Disk> disk_;  // null: a tmpfs layer (or handed to teardown_.release_disk)
+  std::vector<std::shared_ptr<VolumeUse>> volumes_;
+  std::shared_ptr<DiskMeter> meter_;
   asio::io_context* reactor_ = nullptr;
   std::function<void(std::string)> on_died_;
   std::unique_ptr<Descriptor> control_, pidfd_;
@@ -441,8 +468,13 @@ class JailInstance final : public Instance {
 
 class JailBackend final : public Backend {
  public:
-  JailBackend(std::unique_ptr<jail::CgroupHost> cgroups, jail::SeccompProgram seccomp, JailOptions options)
-      : cgroups_(std::move(cgroups)), seccomp_(std::move(seccomp)), options_(std::move(options)) {}
+  JailBackend(std::unique_ptr<jail::CgroupHost> cgroups, jail::SeccompProgram seccomp, JailOptions options,
+              std::unique_ptr<DiskPool> disks)
+      : cgroups_(std::move(cgroups)),
+        seccomp_(std::move(seccomp)),
+        options_(std::move(options)),
+        disks_(std::move(disks)),
+        volumes_(disks_->ledger()) {}
   std::string_view name() const override { return "jail"; }
 
   Result<std::unique_ptr<Instance>> start(const InstanceSpec& spec) override {
@@ -462,12 +494,29 @@ class JailBackend final : public Backend {
       return std::unexpected(e);
     }
     sb.host_uid_base = slot->host_base();
+    std::unique_ptr<Disk> disk;
+    if (spec.disk_kind == DiskKind::disk) {
+      auto taken = disks_->take(spec.disk_bytes);
+      if (!taken) return std::unexpected(taken.error());
+      disk = std::move(*taken);
+      sb.disk_root = disk->root();
+    }
+    std::vector<std::shared_ptr<VolumeUse>> uses;
+    for (const VolumeSpec& v : spec.volumes) {
+      auto use = volumes_.acquire(v.image, !v.read_only);
+      if (!use) return std::unexpected(use.error());
+      sb.volumes.push_back({(*use)->root(), v.target, v.read_only});
+      uses.push_back(std::move(*use));
+    }
     auto sandbox = jail::Sandbox::start(sb, *cgroups_, seccomp_);
-    if (!sandbox) return std::unexpected(sandbox.error());
-    return std::unique_ptr<Instance>(new JailInstance(std::move(*sandbox), std::move(*slot)));
+    if (!sandbox) return std::unexpected(sandbox.error());  // disk and volumes let go here
+    return std::unique_ptr<Instance>(
+        new JailInstance(std::move(*sandbox), std::move(*slot), std::move(disk), std::move(uses)));
   }
 
   Result<void> remove_stale(const std::string& name) override { return cgroups_->remove_stale(name); }
+  DiskPoolStats disk_pool_stats() const override { return disks_->stats(); }
+  bool volume_in_use(const std::string& image) const override { return volumes_.in_use(image); }
   Result<std::vector<std::string>> names() const override { return cgroups_->list(); }
   std::vector<std::string> notes() const override {
     std::vector<std::string> notes;
@@ -480,6 +529,8 @@ class JailBackend final : public Backend {
   std::unique_ptr<jail::CgroupHost> cgroups_;
   jail::SeccompProgram seccomp_;
   JailOptions options_;
+  std::unique_ptr<DiskPool> disks_;
+  VolumeMounts volumes_;
 };
 
 }  // namespace
@@ -515,7 +566,12 @@ Result<std::unique_ptr<Backend>> open_jail_backend(const JailOptions& options) {
   // The one sealed copy of cela every session's init runs from, made before the first
   // session needs it (and a failure to make it is a failure to start).
   if (auto image = jail::sealed_init_image(); !image) return std::unexpected(image.error());
-  return std::unique_ptr<Backend>(new JailBackend(std::move(*host), std::move(*seccomp), options));
+  auto disks = DiskPool::open(options.disks);
+  if (!disks) return std::unexpected(disks.error());
+  if ((*disks)->recovered_loops() || (*disks)->recovered_files())
+    std::fprintf(stderr, "cela: disks: recovered %d loop device(s) and %d image file(s) a previous daemon left\n",
+                 (*disks)->recovered_loops(), (*disks)->recovered_files());
+  return std::unique_ptr<Backend>(new JailBackend(std::move(*host), std::move(*seccomp), options, std::move(*disks)));
 }
 
 Result<jail::IoLimits> resolve_block_io(const BlockIoRequest& request, std::vector<std::string>& notes) {

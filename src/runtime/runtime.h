@@ -22,6 +22,7 @@
 #include "agent/protocol.h"
 #include "common/fd.h"
 #include "jail/cgroup.h"
+#include "runtime/storage.h"
 
 namespace cela::runtime {
 
@@ -30,11 +31,21 @@ struct LayerStack {
   std::vector<std::pair<std::string, std::string>> binds;  // host source -> target (dev-only)
 };
 
+// A volume to show inside: its image (runtime/storage.h VolumeMounts mounts it once
+// for every sandbox using it) at `target`.
+struct VolumeSpec {
+  std::string image;
+  std::string target;
+  bool read_only = false;
+};
+
 struct InstanceSpec {
   std::string name;      // unique among live instances (cgroup name)
   std::string hostname;  // inside
   LayerStack rootfs;
   uint64_t disk_bytes = 0;  // writable layer size
+  DiskKind disk_kind = DiskKind::disk;
+  std::vector<VolumeSpec> volumes;
   jail::CgroupLimits limits;
 };
 
@@ -141,7 +152,16 @@ Result<void> file_writer_result(const FileWriter& writer, bool& reaped);
 struct Teardown {
   uint64_t processes_killed = 0;
   bool cgroup_removed = false;
+  // The writable layer: a tmpfs is freed with its last reference; a disk-backed
+  // one's image (never linked) is gone and its loop device unbound.
+  bool disk_freed = false;
+  uint64_t volumes_released = 0;
+  DiskUsage disk;  // the writable layer's last reading
   std::string error;  // "" when clean
+  // Disk kind: the release of the layer (unmount, loop device, image: tens of ms), left
+  // to the caller to run off the reactor; says whether the loop device let go. Empty
+  // for a tmpfs layer. Run it at most once, on any thread.
+  std::function<bool()> release_disk;
 };
 
 class Instance {
@@ -166,6 +186,11 @@ class Instance {
   virtual Result<UniqueFd> open_root() const = 0;
   // The writable layer (the overlay's upper dir) as a directory fd, for snapshots.
   virtual Result<UniqueFd> open_writable_layer() const = 0;
+  // The writable layer's use and writes, readable from any thread for as long as the
+  // caller holds it (it keeps the last reading after destroy()).
+  virtual std::shared_ptr<DiskMeter> disk_meter() const = 0;
+  DiskUsage disk_usage() const { return disk_meter()->usage(); }
+  virtual DiskKind disk_kind() const = 0;
   // Writers of files on the sandbox's behalf (files API uploads).
   virtual Result<std::unique_ptr<WriterLauncher>> writer_launcher() const = 0;
   // Host pid of the sandbox's init.
@@ -189,6 +214,10 @@ class Backend {
   virtual Result<std::unique_ptr<Instance>> start(const InstanceSpec& spec) = 0;
   // Removes what an instance named `name` left behind when its daemon died.
   virtual Result<void> remove_stale(const std::string& name) = 0;
+  // Ready disk-backed layers (hits, misses, ready).
+  virtual DiskPoolStats disk_pool_stats() const = 0;
+  // Whether a volume image is mounted for some instance now.
+  virtual bool volume_in_use(const std::string& image) const = 0;
   // Names of the instances whose resources exist on this host: live ones (of any
   // daemon or runner) and leftovers. Whoever named them decides which are stale.
   virtual Result<std::vector<std::string>> names() const = 0;

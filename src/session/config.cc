@@ -57,7 +57,7 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   ONLY(f, "state_dir", "templates_dir", "socket", "listen", "default_template", "max_sessions", "output_cap_bytes",
        "max_body_bytes", "max_upload_bytes", "http_threads", "blocking_threads", "defaults", "maxima", "tenant_quotas",
        "output_retention", "stdin_timeout_s", "uid_slots", "launcher_threads", "exec_nofile", "connections",
-       "session_budgets", "block_io", "admission", "dev_mode", "files");
+       "session_budgets", "block_io", "admission", "dev_mode", "files", "disk", "volumes");
   TAKE(f, "state_dir", c.state_dir);
   TAKE(f, "templates_dir", c.templates_dir);
   TAKE(f, "socket", c.socket_path);
@@ -200,6 +200,28 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
     TAKE(s, "header_timeout_s", c.connections.header_timeout_s);
     TAKE(s, "idle_timeout_s", c.connections.idle_timeout_s);
   }
+  auto disk = section("disk");
+  if (!disk) return std::unexpected(disk.error());
+  if (*disk) {
+    const JsonFields& s = **disk;
+    ONLY(s, "kind", "pool", "dir");
+    TAKE(s, "kind", c.disk.kind);
+    TAKE(s, "pool", c.disk.pool);
+    TAKE(s, "dir", c.disk.dir);
+  }
+  if (c.disk.kind != "disk" && c.disk.kind != "memory")
+    return fail(ErrorCode::invalid_argument, "config: disk.kind must be \"disk\" or \"memory\"");
+  if (c.disk.pool > 256) return fail(ErrorCode::invalid_argument, "config: disk.pool must be 0..256");
+  auto vol = section("volumes");
+  if (!vol) return std::unexpected(vol.error());
+  if (*vol) {
+    const JsonFields& s = **vol;
+    ONLY(s, "dir", "max_size_mb", "max_per_tenant");
+    TAKE(s, "dir", c.volumes.dir);
+    TAKE(s, "max_size_mb", c.volumes.max_size_mb);
+    TAKE(s, "max_per_tenant", c.volumes.max_per_tenant);
+  }
+  if (c.volumes.max_size_mb < 16) return fail(ErrorCode::invalid_argument, "config: volumes.max_size_mb must be >= 16");
   for (double t : {c.connections.header_timeout_s, c.connections.idle_timeout_s})
     if (!(t > 0 && t <= 3600))
       return fail(ErrorCode::invalid_argument, "config: connections timeouts must be in (0, 3600] seconds");

@@ -85,6 +85,24 @@ struct ConnectionConfig {
   double idle_timeout_s = 60;    // a keep-alive connection between requests
 };
 
+// Writable layers (docs/operations.md "Storage"): `kind` is what a create that does not
+// say gets ("disk": an ext4 image per session, limit enforced by the kernel, not
+// memory; "memory": a tmpfs counted against the memory limit). The pool keeps `pool`
+// layers of defaults.disk_mb ready. `dir` "" = <state_dir>/disks.
+struct DiskConfig {
+  std::string kind = "disk";
+  uint64_t pool = 2;
+  std::string dir;
+};
+
+// Volumes: persistent ext4 images owned by a tenant, under `dir` ("" =
+// <state_dir>/volumes); sizes up to max_size_mb, at most max_per_tenant of them.
+struct VolumeConfig {
+  std::string dir;
+  uint64_t max_size_mb = 16384;
+  uint64_t max_per_tenant = 32;
+};
+
 struct DaemonConfig {
   std::string state_dir = "/var/lib/cela/state";
   std::string templates_dir = "/var/lib/cela/templates";
@@ -124,6 +142,12 @@ struct DaemonConfig {
   // Tenant defaults of every session's file policy (`files`: API.md "File policy");
   // a create may narrow them.
   FilePolicy files;
+
+  DiskConfig disk;
+  VolumeConfig volumes;
+
+  std::string disks_dir() const { return disk.dir.empty() ? state_dir + "/disks" : disk.dir; }
+  std::string volumes_dir() const { return volumes.dir.empty() ? state_dir + "/volumes" : volumes.dir; }
 
   // Reads a JSON config file over the defaults.
   static Result<DaemonConfig> load(const std::string& path);

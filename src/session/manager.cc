@@ -41,7 +41,7 @@ void SessionManager::assert_on_reactor() const {
 }
 
 SessionManager::SessionManager(const DaemonConfig& config, store::Store& store)
-    : config_(config), store_(store), admission_(reactor_, config.max_sessions) {
+    : config_(config), store_(store), volumes_(config.volumes_dir()), admission_(reactor_, config.max_sessions) {
   templates_.root = config.templates_dir;
   output_dir_ = config.state_dir + "/output";
 }
@@ -69,6 +69,10 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(const DaemonConfig&
   if (!limits) return std::unexpected(limits.error());
   for (const auto& note : notes) std::fprintf(stderr, "cela: %s\n", note.c_str());
   options.io = std::move(*limits);
+  options.disks.dir = config.disks_dir();
+  options.disks.ready_bytes = config.defaults.disk_mb << 20;
+  // A daemon whose default is a tmpfs layer keeps no disks ready.
+  options.disks.ready = config.disk.kind == "disk" ? config.disk.pool : 0;
   auto backend = runtime::open_jail_backend(options);
   if (!backend) return std::unexpected(backend.error());
   m->backend_ = std::move(*backend);
@@ -82,6 +86,9 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(const DaemonConfig&
                static_cast<unsigned long long>(capacity->files), config.admission.memory_overcommit,
                config.admission.pids_overcommit, config.admission.files_overcommit);
   if (auto r = make_dirs(m->output_dir_, 0700); !r) return std::unexpected(r.error());
+  auto unfinished = m->volumes_.open();
+  if (!unfinished) return std::unexpected(unfinished.error());
+  if (*unfinished) std::fprintf(stderr, "cela: volumes: removed %d unfinished create(s)\n", *unfinished);
   m->reactor_work_.emplace(asio::make_work_guard(m->reactor_));
   m->reactor_thread_ = std::thread([mp = m.get()] { mp->reactor_.run(); });
   m->launcher_work_.emplace(asio::make_work_guard(m->launcher_));
@@ -211,16 +218,24 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
   r.limits = spec.limits;
   r.network = NetworkPolicy{};
   r.metadata = spec.metadata;
-  r.spec = {.template_name = spec.template_name, .allow_sudo = session->allow_sudo};
+  std::string disk_kind = spec.disk_kind.value_or(config_.disk.kind);
+  r.spec = {.template_name = spec.template_name,
+            .allow_sudo = session->allow_sudo,
+            .disk_kind = disk_kind,
+            .volumes = spec.volumes};
   int64_t now = store::now_ms();
   r.created_at = store::format_rfc3339(now);
   r.expires_at = store::format_rfc3339(now + static_cast<int64_t>(spec.limits.ttl_s) * 1000);
   r.last_activity_at = r.created_at;
   r.idle_timeout_s = static_cast<int64_t>(spec.limits.idle_timeout_s);
   r.cgroup = "cela/" + r.id;
+  if (auto v = claim_volumes(*session, spec.volumes); !v) return give_back(v.error());
   // Recorded before anything is started: a create the store cannot take changes
   // nothing (state dir full: a structured error, no sandbox, no quota held).
-  if (auto ins = store_.insert_session(r); !ins) return give_back(ins.error());
+  if (auto ins = store_.insert_session(r); !ins) {
+    release_volumes(*session);
+    return give_back(ins.error());
+  }
 
   runtime::InstanceSpec is;
   is.name = r.id;
@@ -228,7 +243,10 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
   is.rootfs.layers = tmpl->layers;
   for (const auto& b : tmpl->binds) is.rootfs.binds.emplace_back(b.source, b.target);
   is.disk_bytes = spec.limits.disk_mb << 20;
+  is.disk_kind = runtime::disk_kind(disk_kind).value_or(runtime::DiskKind::disk);
+  is.volumes = session->instance_spec.volumes;  // claim_volumes filled them in
   is.limits = {spec.limits.memory_mb << 20, spec.limits.cpus, spec.limits.pids};
+  session->instance_spec = is;
   asio::post(launcher_, [this, session, is, began, done = std::move(done)]() mutable {
     auto instance = std::make_shared<Result<std::unique_ptr<runtime::Instance>>>(backend_->start(is));
     on_reactor([this, session, instance, began, done = std::move(done)]() mutable {
@@ -251,6 +269,7 @@ void SessionManager::booted(std::shared_ptr<Session> session, Result<std::unique
     r.termination_reason = std::move(reason);
     r.termination_message = std::move(message);
     r.termination_at = store::now_rfc3339();
+    release_volumes(*session);
     if (auto w = store_.set_terminated(r.id, r.state, r.termination_reason, r.termination_message, std::nullopt); !w) {
       std::lock_guard lock(unrecorded_mu_);
       unrecorded_[r.id] = r;
@@ -281,6 +300,7 @@ void SessionManager::booted(std::shared_ptr<Session> session, Result<std::unique
     if (auto s = weak.lock()) terminate(s, "failed", "init_died", why);
   });
   session->timer = std::make_unique<asio::steady_timer>(reactor_);
+  set_meter(r.id, session->instance->disk_meter(), 0);
   sessions_[r.id] = session;
   live_count_ = static_cast<int64_t>(sessions_.size());
   arm_session_timer(session);
@@ -314,9 +334,14 @@ void SessionManager::terminate(const std::shared_ptr<Session>& session, std::str
   cleanup.processes_killed = teardown.processes_killed;
   cleanup.cgroup_removed = teardown.cgroup_removed;
   cleanup.mounts_removed = true;  // they lived only in the session's mount namespace
-  cleanup.upper_dir_freed = true;
+  cleanup.upper_dir_freed = session->instance_spec.disk_kind == runtime::DiskKind::memory || teardown.disk_freed;
+  cleanup.disk_used_bytes = teardown.disk.used_bytes;
+  cleanup.disk_written_bytes = teardown.disk.written_bytes;
+  cleanup.volumes_released = teardown.volumes_released;
   cleanup.secrets_wiped = secrets_wiped;
   cleanup.error = teardown.error;
+  release_volumes(*session);
+  drop_meter(session->record.id);
   SessionRecord& r = session->record;
   r.state = std::move(state);
   r.termination_reason = std::move(reason);
@@ -332,6 +357,7 @@ void SessionManager::terminate(const std::shared_ptr<Session>& session, std::str
     }
     retry_unrecorded();
   }
+  if (teardown.release_disk) release_disk_later(session, std::move(teardown.release_disk), true);
   sessions_.erase(r.id);
   live_count_ = static_cast<int64_t>(sessions_.size());
   admission_.give_back(session->grant);
@@ -370,8 +396,10 @@ void SessionManager::retry_unrecorded() {
 
 Result<std::shared_ptr<Session>> SessionManager::find_live(const Caller& caller, const std::string& id) {
   assert_on_reactor();
-  if (auto it = sessions_.find(id); it != sessions_.end() && it->second->record.tenant_id == caller.tenant_id)
+  if (auto it = sessions_.find(id); it != sessions_.end() && it->second->record.tenant_id == caller.tenant_id) {
+    if (it->second->resetting) return fail(ErrorCode::conflict, "session " + id + " is being reset; retry");
     return it->second;
+  }
   {
     std::lock_guard lock(unrecorded_mu_);
     if (auto it = unrecorded_.find(id); it != unrecorded_.end() && it->second.tenant_id == caller.tenant_id)
@@ -394,6 +422,7 @@ Result<SessionRecord> SessionManager::get(const Caller& caller, const std::strin
   }
   auto rec = store_.get_session(caller.tenant_id, id);
   if (!rec && rec.error().code == ErrorCode::not_found) return fail(ErrorCode::not_found, "no session " + id);
+  if (rec) fill_disk(*rec);
   return rec;
 }
 
@@ -402,8 +431,10 @@ Result<store::SessionPage> SessionManager::list(const Caller& caller, const stor
   auto p = store_.list_sessions(caller.tenant_id, filter, page);
   if (!p) return p;
   std::lock_guard lock(unrecorded_mu_);
-  for (auto& r : p->records)
+  for (auto& r : p->records) {
     if (auto it = unrecorded_.find(r.id); it != unrecorded_.end()) r = it->second;
+    fill_disk(r);
+  }
   return p;
 }
 
@@ -430,9 +461,20 @@ void SessionManager::patch(const Caller& caller, const std::string& id, PatchSpe
 }
 
 void SessionManager::remove(const Caller& caller, const std::string& id, Done<SessionRecord> done) {
-  on_reactor([this, caller, id, done = std::move(done)] {
-    if (auto it = sessions_.find(id); it != sessions_.end() && it->second->record.tenant_id == caller.tenant_id)
-      terminate(it->second, "terminated", "deleted", "deleted through the API");
+  on_reactor([this, caller, id, done = std::move(done)]() mutable {
+    std::shared_ptr<Session> ending;
+    if (auto it = sessions_.find(id); it != sessions_.end() && it->second->record.tenant_id == caller.tenant_id) {
+      ending = it->second;
+      terminate(ending, "terminated", "deleted", "deleted through the API");
+    }
+    // The answer waits (holding no thread) for the disk layer's release, so that its
+    // cleanup report can say the loop device let go.
+    if (ending && ending->disk_pending) {
+      ending->after_release.push_back([this, caller, id, done = std::move(done)]() mutable {
+        remove(caller, id, std::move(done));
+      });
+      return;
+    }
     std::unique_lock lock(unrecorded_mu_);
     if (auto it = unrecorded_.find(id); it != unrecorded_.end() && it->second.tenant_id == caller.tenant_id) {
       lock.unlock();
@@ -480,7 +522,8 @@ Result<SessionManager::FsView> SessionManager::fs_view(const Caller& caller, con
         s.writers = std::move(*writers);
       }
       view.writers = s.writers;
-      if (declared && *declared >= kMemoryCheckBytes) {
+      // A disk-backed layer's pages are page cache, not the session's memory.
+      if (declared && *declared >= kMemoryCheckBytes && s.instance->disk_kind() == runtime::DiskKind::memory) {
         view.memory_limit = s.limits.memory_mb << 20;
         if (auto st = s.instance->stats(); st) view.memory_current = st->memory_current_bytes;
       }

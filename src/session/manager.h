@@ -40,6 +40,7 @@
 #include "common/error.h"
 #include "obs/redact.h"
 #include "rootfs/template.h"
+#include "rootfs/volumes.h"
 #include "runtime/runtime.h"
 #include "session/admission.h"
 #include "session/config.h"
@@ -61,6 +62,13 @@ using store::SessionPage;
 
 struct Session;
 struct ExecState;
+
+// A volume as the API shows it: its record and who has it mounted now.
+struct VolumeInfo {
+  rootfs::VolumeRecord record;
+  std::string writer;                // session id, "" = none
+  std::vector<std::string> readers;  // session ids
+};
 
 class SessionManager {
  public:
@@ -88,6 +96,20 @@ class SessionManager {
   void patch(const Caller& caller, const std::string& id, PatchSpec spec, Done<store::SessionRecord> done);
   // Idempotent: a second delete answers the same final record (with its cleanup).
   void remove(const Caller& caller, const std::string& id, Done<store::SessionRecord> done);
+
+  // Back to the template's state, same id: running execs end (`killed`, reason
+  // `reset`), the sandbox is destroyed (a new, empty writable layer; volumes stay) and
+  // a new one booted. conflict while another reset runs. session/storage.cc.
+  void reset(const Caller& caller, const std::string& id, Done<store::SessionRecord> done);
+
+  // ---- volumes (session/storage.cc): persistent, tenant-owned, size-capped
+  // Runs mkfs: call from the blocking pool. conflict when the name exists.
+  Result<VolumeInfo> create_volume(const Caller& caller, const std::string& name, uint64_t size_mb);
+  Result<std::vector<VolumeInfo>> list_volumes(const Caller& caller);
+  Result<VolumeInfo> get_volume(const Caller& caller, const std::string& name);
+  // conflict while a live session has it mounted.
+  void delete_volume(const Caller& caller, const std::string& name, Done<VolumeInfo> done);
+  runtime::DiskPoolStats disk_pool_stats() const { return backend_->disk_pool_stats(); }
 
   // ---- execs
   // Completes once init has started the exec (or said why not): the record.
@@ -175,6 +197,20 @@ class SessionManager {
   void terminate(const std::shared_ptr<Session>& session, std::string state, std::string reason,
                  std::string message);
   void arm_session_timer(const std::shared_ptr<Session>& session);
+  // Storage (session/storage.cc): volumes of a create, checked and claimed for the
+  // session (reactor); given back when it ends; the live disk meters get() reads.
+  Result<void> claim_volumes(Session& session, const std::vector<VolumeMountSpec>& volumes);
+  void release_volumes(Session& session);
+  void set_meter(const std::string& id, std::shared_ptr<runtime::DiskMeter> meter, uint64_t resets);
+  void drop_meter(const std::string& id);
+  void fill_disk(store::SessionRecord& record) const;
+  void rebooted(std::shared_ptr<Session> session, Result<std::unique_ptr<runtime::Instance>> instance,
+                std::chrono::steady_clock::time_point began, Done<store::SessionRecord> done);
+  VolumeInfo volume_info(rootfs::VolumeRecord record) const;
+  // Runs a disk layer's release on a launcher thread; with `record`, the session's
+  // cleanup report then says whether its loop device let go (set_cleanup), and what
+  // waits in after_release runs.
+  void release_disk_later(std::shared_ptr<Session> session, std::function<bool()> release, bool record);
   void exec_started(ExecState& e);
   void exec_finished(ExecState& e);
   void maybe_finish(ExecState& e);
@@ -209,6 +245,7 @@ class SessionManager {
   Tenants tenants_{store_};
   Secrets secrets_{store_, config_.state_dir + "/secrets.key"};
   rootfs::TemplateStore templates_;
+  rootfs::VolumeStore volumes_;
   std::unique_ptr<runtime::Backend> backend_;
   std::string output_dir_;
 
@@ -230,6 +267,21 @@ class SessionManager {
   std::map<std::string, std::vector<store::ExecRecord>> pending_execs_;  // by session; reactor-only
   std::unique_ptr<boost::asio::steady_timer> retry_timer_, retention_timer_;
   bool stopping_ = false;
+  // Who has each volume ("<tenant>/<name>") mounted: one writer, any readers. Reactor
+  // writes; get_volume/list_volumes read under volume_mu_ (a leaf lock).
+  struct VolumeUsers {
+    std::string writer;
+    std::vector<std::string> readers;
+  };
+  mutable std::mutex volume_mu_;
+  std::map<std::string, VolumeUsers> volume_users_;
+  // The writable-layer meters of live sessions, for get() on any thread (leaf lock).
+  mutable std::mutex meters_mu_;
+  struct MeterEntry {
+    std::shared_ptr<runtime::DiskMeter> meter;
+    uint64_t resets = 0;
+  };
+  std::map<std::string, MeterEntry> meters_;
 
   std::atomic<int64_t> live_count_{0};
   std::atomic<bool> full_{false};

@@ -18,6 +18,10 @@ Result<int64_t> SessionManager::recover() {
     for (const store::SessionRecord& s : *live) {
       CleanupReport cleanup;  // processes_killed unknown: they died with the old daemon
       cleanup.cgroup_removed = cleanup.mounts_removed = cleanup.upper_dir_freed = true;
+      // A disk-backed layer's image was never linked and its loop device clears
+      // itself; the backend's opening checked every device this state dir recorded
+      // (runtime/storage.h DiskPool::open) before this runs.
+      if (s.spec.disk_kind == "disk") cleanup.loop_detached = true;
       if (auto r = backend_->remove_stale(s.id); !r) {
         std::fprintf(stderr, "cela: recover: cgroup of %s: %s\n", s.id.c_str(), r.error().message().c_str());
         cleanup.cgroup_removed = false;

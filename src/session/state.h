@@ -4,6 +4,7 @@
 
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -75,6 +76,14 @@ struct Session {
   std::unique_ptr<boost::asio::steady_timer> timer;
   Clock::time_point expires, last_activity;
   bool ended = false;
+  // What the runtime was asked for (reset boots it again), and whether a reset is
+  // between its teardown and the new init (the session has no instance then).
+  runtime::InstanceSpec instance_spec;
+  bool resetting = false;
+  // A disk layer being released off the reactor after the end; what waits for it (a
+  // DELETE answers once the cleanup report can say the loop device let go).
+  bool disk_pending = false;
+  std::vector<std::function<void()>> after_release;
 
   int running_execs() const {
     int n = 0;

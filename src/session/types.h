@@ -56,10 +56,15 @@ struct FilePolicy {
   SecretScan scan_secrets = SecretScan::refuse;
 };
 
+// A volume of the caller's tenant to show at `path` (absolute; validated by the API).
+using store::VolumeMountSpec;
+
 // POST /v1/sessions, validated against the daemon's maxima by the API.
 struct CreateSessionSpec {
   std::string template_name;
   SessionLimits limits;
+  std::optional<std::string> disk_kind;  // "disk" | "memory"; unset: the daemon's disk.kind
+  std::vector<VolumeMountSpec> volumes;
   std::vector<std::string> env;  // "K=V"
   std::map<std::string, std::string> metadata;
   std::optional<bool> allow_sudo;  // unset: what the template promises

@@ -386,7 +386,10 @@ TEST_F(StoreBootstrapTest, WriteSecretFile) {
 TEST_F(StoreTest, SessionRoundTripsEveryField) {
   SessionRecord s = session(alpha_);
   s.metadata = {{"user", "u-17"}, {"odd key.\"x\"", "v"}};
-  s.spec = KeptSpec{.template_name = "base", .allow_sudo = true};
+  s.spec = KeptSpec{.template_name = "base",
+                    .allow_sudo = true,
+                    .disk_kind = "disk",
+                    .volumes = {{"work", "/work", false}, {"ref", "/data/ref", true}}};
   s.limits.exec_timeout_s = 77;
   s.expires_at = "2026-05-28T21:46:40.000Z";
   s.idle_timeout_s = 600;
@@ -524,6 +527,10 @@ TEST_F(StoreTest, StateMachineGuards) {
   cleanup.processes_killed = 3;
   cleanup.cgroup_removed = true;
   cleanup.error = "1 process left";
+  cleanup.disk_used_bytes = 12345;
+  cleanup.disk_written_bytes = 1ull << 33;
+  cleanup.loop_detached = true;
+  cleanup.volumes_released = 2;
   EXPECT_TRUE(*store_->set_terminated(s.id, "terminated", "deleted", "", cleanup));
   auto first = *store_->get_session(alpha_, s.id);
   EXPECT_EQ(first.state, "terminated");
