@@ -60,6 +60,8 @@ json::object render(const session::SessionRecord& s) {
   o["metadata"] = std::move(metadata);
   o["termination"] = std::move(termination);
   o["startup_ms"] = int_or_null(s.startup_ms);
+  o["auto_pause_s"] = s.spec.auto_pause_s;
+  o["auto_resume"] = s.spec.auto_resume;
   if (s.cleanup) {
     const session::CleanupReport& c = *s.cleanup;
     json::object cleanup{{"cgroup_removed", c.cgroup_removed},

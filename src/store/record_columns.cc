@@ -71,12 +71,17 @@ Result<NetworkPolicy> read_network_column(std::string_view text) {
 }
 
 std::string spec_column(const KeptSpec& s) {
-  return json::serialize(json::object{{"template", s.template_name}, {"allow_sudo", s.allow_sudo}});
+  json::object o{{"template", s.template_name}, {"allow_sudo", s.allow_sudo}};
+  if (s.auto_pause_s) o["auto_pause_s"] = s.auto_pause_s;
+  if (s.auto_resume) o["auto_resume"] = true;
+  return json::serialize(o);
 }
 
 Result<KeptSpec> read_spec_column(std::string_view text) {
   return read_column<KeptSpec>(text, "spec", [](const JsonFields& f, KeptSpec& s) -> Result<void> {
     if (auto r = set_if(f.string("template"), s.template_name); !r) return r;
+    if (auto r = set_if(f.integer("auto_pause_s"), s.auto_pause_s); !r) return r;
+    if (auto r = set_if(f.boolean("auto_resume"), s.auto_resume); !r) return r;
     return set_if(f.boolean("allow_sudo"), s.allow_sudo);
   });
 }

@@ -89,6 +89,8 @@ struct NetworkPolicy {
 struct KeptSpec {
   std::string template_name;
   bool allow_sudo = false;
+  uint64_t auto_pause_s = 0;  // pause after this many idle seconds; 0 = never
+  bool auto_resume = false;   // an exec or file call on a paused session resumes it
   bool operator==(const KeptSpec&) const = default;
 };
 
