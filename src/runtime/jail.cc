@@ -468,6 +468,13 @@ class JailBackend final : public Backend {
   }
 
   Result<void> remove_stale(const std::string& name) override { return cgroups_->remove_stale(name); }
+  Result<std::vector<std::string>> names() const override { return cgroups_->list(); }
+  std::vector<std::string> notes() const override {
+    std::vector<std::string> notes;
+    if (!jail::can_protect_init_from_oom())
+      notes.push_back("no CAP_SYS_RESOURCE: session inits keep cela's OOM score (only execs go first)");
+    return notes;
+  }
 
  private:
   std::unique_ptr<jail::CgroupHost> cgroups_;
@@ -508,8 +515,6 @@ Result<std::unique_ptr<Backend>> open_jail_backend(const JailOptions& options) {
   // The one sealed copy of cela every session's init runs from, made before the first
   // session needs it (and a failure to make it is a failure to start).
   if (auto image = jail::sealed_init_image(); !image) return std::unexpected(image.error());
-  if (!jail::can_protect_init_from_oom())
-    std::fprintf(stderr, "cela: no CAP_SYS_RESOURCE: session inits keep cela's OOM score (only execs go first)\n");
   return std::unique_ptr<Backend>(new JailBackend(std::move(*host), std::move(*seccomp), options));
 }
 

@@ -189,6 +189,11 @@ class Backend {
   virtual Result<std::unique_ptr<Instance>> start(const InstanceSpec& spec) = 0;
   // Removes what an instance named `name` left behind when its daemon died.
   virtual Result<void> remove_stale(const std::string& name) = 0;
+  // Names of the instances whose resources exist on this host: live ones (of any
+  // daemon or runner) and leftovers. Whoever named them decides which are stale.
+  virtual Result<std::vector<std::string>> names() const = 0;
+  // What this host cannot give sandboxes, one line each, for the operator's log.
+  virtual std::vector<std::string> notes() const = 0;
 };
 
 }  // namespace cela::runtime
