@@ -190,6 +190,7 @@ class SessionManager {
   void terminate(const std::shared_ptr<Session>& session, std::string state, std::string reason,
                  std::string message);
   void arm_session_timer(const std::shared_ptr<Session>& session);
+  void pause_or_resume(const Caller& caller, const std::string& id, bool frozen, Done<store::SessionRecord> done);
   // pause.cc: freezes or thaws; `done` once the kernel reports it (or why not).
   void set_frozen(const std::shared_ptr<Session>& session, bool frozen, Done<void> done);
   // True when the session runs now. Else false, and `retry` runs on the reactor once it

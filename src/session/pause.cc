@@ -109,23 +109,20 @@ bool SessionManager::running_or_later(Session& s, std::function<void(Result<void
 }
 
 void SessionManager::pause(const Caller& caller, const std::string& id, Done<store::SessionRecord> done) {
-  on_reactor([this, caller, id, done = std::move(done)] {
-    auto found = find_live(caller, id);
-    if (!found) return done(std::unexpected(found.error()));
-    std::shared_ptr<Session> session = *found;
-    set_frozen(session, true, [session, done](Result<void> r) {
-      if (!r) return done(std::unexpected(r.error()));
-      done(session->record);
-    });
-  });
+  pause_or_resume(caller, id, true, std::move(done));
 }
 
 void SessionManager::resume(const Caller& caller, const std::string& id, Done<store::SessionRecord> done) {
-  on_reactor([this, caller, id, done = std::move(done)] {
+  pause_or_resume(caller, id, false, std::move(done));
+}
+
+void SessionManager::pause_or_resume(const Caller& caller, const std::string& id, bool frozen,
+                                     Done<store::SessionRecord> done) {
+  on_reactor([this, caller, id, frozen, done = std::move(done)] {
     auto found = find_live(caller, id);
     if (!found) return done(std::unexpected(found.error()));
     std::shared_ptr<Session> session = *found;
-    set_frozen(session, false, [session, done](Result<void> r) {
+    set_frozen(session, frozen, [session, done](Result<void> r) {
       if (!r) return done(std::unexpected(r.error()));
       done(session->record);
     });
