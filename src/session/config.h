@@ -11,6 +11,7 @@
 #include <boost/json/object.hpp>
 
 #include "common/error.h"
+#include "session/types.h"
 
 namespace cela::session {
 
@@ -132,6 +133,9 @@ struct DaemonConfig {
   AdmissionConfig admission;
   ConnectionConfig connections;
   std::vector<PoolConfig> pools;
+  // Tenant defaults of every session's file policy (`files`: API.md "File policy");
+  // a create may narrow them.
+  FilePolicy files;
 
   // Reads a JSON config file over the defaults.
   static Result<DaemonConfig> load(const std::string& path);

@@ -53,10 +53,12 @@ SessionLimits pool_limits(const PoolConfig& c) {
 
 bool WarmPool::matches(const CreateSessionSpec& spec) const {
   // The shape is what the sandbox was booted with; everything else of a create (env,
-  // metadata, TTL and timeouts, sudo, auto_pause) is the session's, set at the claim.
+  // metadata, TTL and timeouts, sudo, auto_pause, file policy) is the session's, set at
+  // the claim. Secret grants are written into the sandbox as it starts: a create with
+  // any boots cold.
   const SessionLimits& l = spec.limits;
   return spec.template_name == config.template_name && l.cpus == config.cpus && l.memory_mb == config.memory_mb &&
-         l.disk_mb == config.disk_mb && l.pids == config.pids;
+         l.disk_mb == config.disk_mb && l.pids == config.pids && spec.secrets.empty();
 }
 
 PoolStatus WarmPool::status() const {
@@ -256,6 +258,8 @@ bool SessionManager::claim_pooled(const Caller& caller, const CreateSessionSpec&
   s.auto_resume = spec.auto_resume;
   s.expires = Clock::now() + std::chrono::seconds(spec.limits.ttl_s);
   s.last_activity = Clock::now();
+  s.files = spec.files.value_or(config_.files);
+  (void)resolve_grants(caller, s, {});  // none (see matches): an empty redaction set
   SessionRecord& r = s.record;
   r.tenant_id = caller.tenant_id;
   r.state = std::string(store::session_state::ready);
