@@ -69,6 +69,8 @@ json::object render(const session::SessionRecord& s) {
     volumes.push_back(json::object{{"name", v.name}, {"path", v.path}, {"read_only", v.read_only}});
   o["volumes"] = std::move(volumes);
   o["resets"] = s.resets;
+  o["auto_pause_s"] = s.spec.auto_pause_s;
+  o["auto_resume"] = s.spec.auto_resume;
   if (s.cleanup) {
     const session::CleanupReport& c = *s.cleanup;
     json::object cleanup{{"cgroup_removed", c.cgroup_removed},

@@ -175,6 +175,43 @@ const RouteDoc delete_session{
     .errors = {"not_found"},
 };
 
+const RouteDoc pause_session{
+    .operation_id = "pauseSession",
+    .tag = "sessions",
+    .summary = "Freeze every process of the session; idempotent",
+    .description = "Answers once the kernel reports the session frozen (state `paused`): it uses no CPU and "
+                   "keeps its memory, files and processes. The TTL keeps running; the idle clock and exec "
+                   "timeouts stop. While paused, exec, stdin, kill and file calls answer 409 `conflict`, "
+                   "unless the session was created with `auto_resume`, which resumes it first.",
+    .params = {session_id()},
+    .responses = {json_response(200, "the session, state `paused`", ref("Session"))},
+    .errors = {"not_found", "gone", "internal"},
+};
+
+const RouteDoc resume_session{
+    .operation_id = "resumeSession",
+    .tag = "sessions",
+    .summary = "Thaw a paused session; idempotent",
+    .description = "Answers once the kernel reports the session thawed (state `ready`). The idle clock starts "
+                   "again from now; exec timeouts go on with what was left of them.",
+    .params = {session_id()},
+    .responses = {json_response(200, "the session, state `ready`", ref("Session"))},
+    .errors = {"not_found", "gone", "internal"},
+};
+
+// ---- warm pools (routes_pools.cc) ----
+
+const RouteDoc list_pools{
+    .operation_id = "listPools",
+    .tag = "admin",
+    .summary = "Warm pools from the config: ready sessions, hits, misses, refill and claim times (host admin)",
+    .description = "A create whose template and cpus, memory_mb, disk_mb and pids equal a pool's claims one "
+                   "of its ready sessions (a hit) unless it says `\"pool\": false`; one that finds the pool "
+                   "empty boots cold (a miss). Pooled sessions hold host capacity like live ones.",
+    .responses = {json_response(200, "the pools, in config order", ref("PoolList"))},
+    .errors = {"forbidden"},
+};
+
 // ---- execs (routes_sessions.cc) ----
 
 const RouteDoc start_exec{

@@ -196,7 +196,7 @@ json::value session_schema() {
        {"expires_at", nullable(timestamp())},
        {"metadata", string_map()},
        {"termination", nullable(ref("Termination"))},
-       {"startup_ms", nullable(integer_schema("wall time of the create (of the last reset, after one)"))},
+       {"startup_ms", nullable(integer_schema("wall time of the create (of the last reset, after one; a pool claim's is 0-1)"))},
        {"disk", object_schema({{"kind", enum_schema({"disk", "memory"})}}, {"kind"},
                               "the writable layer: an ext4 image of its own (disk) or a tmpfs (memory)")},
        {"disk_used_bytes", nullable(integer_schema("bytes in use in the writable layer beyond an empty one"))},
@@ -205,9 +205,11 @@ json::value session_schema() {
                                 "null for a memory layer (tmpfs keeps no such counter)"))},
        {"volumes", array_of(ref("VolumeMount"))},
        {"resets", integer_schema("POST .../reset calls so far (while the session is live)")},
+       {"auto_pause_s", integer_schema("idle seconds before the session pauses itself; 0 = never")},
+       {"auto_resume", boolean_schema("exec and file calls resume a paused session")},
        {"cleanup", ref("Cleanup")}},
       {"id", "state", "template", "limits", "network", "created_at", "ready_at", "expires_at",
-       "metadata", "termination", "startup_ms"},
+       "metadata", "termination", "startup_ms", "auto_pause_s", "auto_resume"},
       "a session; `cleanup` once it has been cleaned up");
 }
 
@@ -366,8 +368,34 @@ const json::object& component_schemas() {
          {"volumes", array_of(ref("VolumeMount"), "volumes of the tenant to mount (at most 8)")},
          {"disk", object_schema({{"kind", enum_schema({"disk", "memory"})}}, {},
                                 "the writable layer; default: the server's disk.kind")},
-         {"pool", json::object{{"description", "accepted, not used yet"}}}},
+         {"pool", boolean_schema("default true: a create that matches a configured warm pool's shape "
+                                 "claims one of its ready sessions; false always boots a fresh one")},
+         {"auto_pause_s", integer_schema("pause the session after this many idle seconds (no exec "
+                                         "running, no call); 0 or absent: never")},
+         {"auto_resume", boolean_schema("an exec, stdin, kill or file call on a paused session "
+                                        "resumes it first (default false: 409 conflict)")}},
         {}, "every field optional");
+    s["PoolList"] = object_schema(
+        {{"pools",
+          array_of(object_schema(
+              {{"template", string_schema()},
+               {"size", integer_schema("sessions kept ready")},
+               {"limits", object_schema({{"cpus", number_schema()},
+                                         {"memory_mb", integer_schema()},
+                                         {"disk_mb", integer_schema()},
+                                         {"pids", integer_schema()}},
+                                        {"cpus", "memory_mb", "disk_mb", "pids"}, "the shape a create must ask for")},
+               {"ready", integer_schema("booted, never used, waiting for a claim")},
+               {"booting", integer_schema("refills in progress")},
+               {"hits", integer_schema("creates served from the pool")},
+               {"misses", integer_schema("creates of the pool's shape that found it empty")},
+               {"refill_ms_last", nullable(number_schema("boot time of the last pooled session"))},
+               {"refill_ms_p50", nullable(number_schema("median over the last 256 boots"))},
+               {"claim_ms_p50", nullable(number_schema("median claim time inside the daemon, last 256"))},
+               {"last_error", nullable(string_schema("why the last refill failed"))}},
+              {"template", "size", "limits", "ready", "booting", "hits", "misses", "refill_ms_last", "refill_ms_p50",
+               "claim_ms_p50", "last_error"}))}},
+        {"pools"});
     s["PatchSession"] = object_schema(
         {{"ttl_s", number_schema("the session lives this many more seconds")},
          {"network",

@@ -11,6 +11,7 @@ void add_api_routes(RouteContext& ctx) {
   add_admin_routes(ctx);
   add_session_routes(ctx);
   add_file_routes(ctx);
+  add_pool_routes(ctx);
   add_secret_routes(ctx);
   add_storage_routes(ctx);
 }

@@ -172,6 +172,16 @@ void add_session_routes(RouteContext& ctx) {
     mgr.remove(caller_of(req), id, answer<session::SessionRecord>(res, 200, render_deleted, id));
   });
 
+  r.add(verb::post, "/v1/sessions/{id}/pause", docs::pause_session, [&](Request& req, Responder& res) {
+    std::string id(req.param("id"));
+    mgr.pause(caller_of(req), id, answer<session::SessionRecord>(res, 200, render_session, id));
+  });
+
+  r.add(verb::post, "/v1/sessions/{id}/resume", docs::resume_session, [&](Request& req, Responder& res) {
+    std::string id(req.param("id"));
+    mgr.resume(caller_of(req), id, answer<session::SessionRecord>(res, 200, render_session, id));
+  });
+
   r.add(verb::post, "/v1/sessions/{id}/execs", docs::start_exec, [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());

@@ -163,7 +163,7 @@ Result<session::CreateSessionSpec> parse_create_session(const json::object& body
                                                            const session::DaemonConfig& c) {
   JsonFields f(body);
   if (auto ok = f.only({"template", "limits", "env", "secrets", "network", "packages", "volumes", "metadata", "pool",
-                        "allow_sudo", "files", "disk"});
+                        "allow_sudo", "files", "disk", "auto_pause_s", "auto_resume"});
       !ok)
     return std::unexpected(ok.error());
   session::CreateSessionSpec s;
@@ -210,6 +210,19 @@ Result<session::CreateSessionSpec> parse_create_session(const json::object& body
   s.allow_sudo = *sudo;
   auto pool = f.boolean("pool");
   if (!pool) return std::unexpected(pool.error());
+  s.use_pool = pool->value_or(true);
+  auto pause_after = f.number("auto_pause_s");
+  if (!pause_after) return std::unexpected(pause_after.error());
+  if (*pause_after) {
+    double v = **pause_after;
+    if (v < 0 || v != std::floor(v) || v > static_cast<double>(c.maxima.ttl_s))
+      return std::unexpected(f.invalid("auto_pause_s", "must be a whole number of seconds, 0 (never) to " +
+                                                           std::to_string(c.maxima.ttl_s)));
+    s.auto_pause_s = static_cast<uint64_t>(v);
+  }
+  auto resume = f.boolean("auto_resume");
+  if (!resume) return std::unexpected(resume.error());
+  s.auto_resume = resume->value_or(false);
 
   // Seams for the egress proxy, package gateway, secrets and volumes: until they
   // exist, asking for them is refused by policy rather than silently ignored.

@@ -151,6 +151,8 @@ int run(const DaemonOptions& o) {
                 static_cast<long long>(*n), static_cast<long long>(ms.count()));
     std::fflush(stdout);
   }
+  // Warm pools boot in the background (launcher threads) once the leftovers are gone.
+  (*manager)->start_pools();
 
   // Stop signals are taken with sigwait below; block them before threads start.
   sigset_t stop;

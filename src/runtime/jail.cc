@@ -258,17 +258,14 @@ class JailInstance final : public Instance {
   Result<jail::CgroupStats> stats() const override { return sandbox_->cgroup().stats(); }
   void freeze(bool frozen, std::function<void(Result<void>)> done) override {
     assert(reactor_ && "attach() first");
-    auto answer = [this, done = std::move(done)](Result<void> r) {
-      asio::post(*reactor_, [alive = alive_, done, r = std::move(r)] {
-        if (*alive) done(r);
-      });
-    };
-    if (destroyed_ || dead_) return answer(fail(ErrorCode::gone, "the sandbox has ended"));
-    if (freeze_timer_) return answer(fail(ErrorCode::conflict, "a freeze or thaw is already in progress"));
-    if (auto r = sandbox_->cgroup().request_freeze(frozen); !r) return answer(r);
+    if (destroyed_ || dead_) return post_answer(std::move(done), fail(ErrorCode::gone, "the sandbox has ended"));
+    if (freeze_done_)
+      return post_answer(std::move(done), fail(ErrorCode::conflict, "a freeze or thaw is already in progress"));
+    if (auto r = sandbox_->cgroup().request_freeze(frozen); !r) return post_answer(std::move(done), r);
     frozen_ = frozen;
+    freeze_done_ = std::move(done);
     freeze_timer_ = std::make_unique<asio::steady_timer>(*reactor_);
-    poll_freeze(frozen, Clock::now(), std::chrono::microseconds(20), std::move(answer));
+    poll_freeze(frozen, Clock::now(), std::chrono::microseconds(20));
   }
   bool frozen() const override { return frozen_; }
   Result<UniqueFd> open_root() const override {
@@ -303,7 +300,7 @@ class JailInstance final : public Instance {
     destroyed_ = true;
     control_.reset();
     pidfd_.reset();
-    if (freeze_timer_) freeze_timer_->cancel();
+    finish_freeze(fail(ErrorCode::gone, "the sandbox has ended"));
     if (auto st = sandbox_->cgroup().stats(); st) teardown_.processes_killed = st->pids_current;
     if (frozen_) {
       // Frozen tasks take a SIGKILL only once thawed, and the reap below waits for init:
@@ -369,35 +366,37 @@ class JailInstance final : public Instance {
 
   using Clock = std::chrono::steady_clock;
 
+  // Never inside the caller's own call: the answer comes on a later reactor turn, and
+  // also once the instance is gone (the completion holds what it needs).
+  void post_answer(std::function<void(Result<void>)> done, Result<void> r) {
+    asio::post(*reactor_, [done = std::move(done), r = std::move(r)] { done(r); });
+  }
+  void finish_freeze(Result<void> r) {
+    freeze_timer_.reset();
+    if (freeze_done_) post_answer(std::exchange(freeze_done_, nullptr), std::move(r));
+  }
+
   // Reads the freezer's state; until it reports `frozen`, again after `wait` (doubled
   // each time, at most 2 ms: a few tasks settle within microseconds, a busy tree
   // within a few ms). A freeze still not settled after jail::kFreezeTimeout is thawed.
-  void poll_freeze(bool frozen, Clock::time_point began, std::chrono::microseconds wait,
-                   std::function<void(Result<void>)> answer) {
+  void poll_freeze(bool frozen, Clock::time_point began, std::chrono::microseconds wait) {
     auto settled = sandbox_->cgroup().freeze_settled(frozen);
     bool late = Clock::now() - began > jail::kFreezeTimeout;
     if (!settled || *settled || late) {
-      freeze_timer_.reset();
-      if (settled && *settled) return answer({});
+      if (settled && *settled) return finish_freeze({});
       if (frozen) {
         (void)sandbox_->cgroup().request_freeze(false);
         frozen_ = false;
       }
-      if (!settled) return answer(std::unexpected(settled.error()));
-      return answer(fail(ErrorCode::system, std::string(frozen ? "freezing" : "thawing") +
-                                                " the sandbox did not settle within " +
-                                                std::to_string(jail::kFreezeTimeout.count()) + " ms"));
+      if (!settled) return finish_freeze(std::unexpected(settled.error()));
+      return finish_freeze(fail(ErrorCode::system, std::string(frozen ? "freezing" : "thawing") +
+                                                       " the sandbox did not settle within " +
+                                                       std::to_string(jail::kFreezeTimeout.count()) + " ms"));
     }
     freeze_timer_->expires_after(wait);
-    freeze_timer_->async_wait([this, alive = alive_, frozen, began, wait, answer = std::move(answer)](
-                                  boost::system::error_code ec) mutable {
-      if (!*alive) return;
-      if (ec || destroyed_) {
-        freeze_timer_.reset();
-        return answer(fail(ErrorCode::gone, "the sandbox has ended"));
-      }
-      poll_freeze(frozen, began, std::min<std::chrono::microseconds>(wait * 2, std::chrono::milliseconds(2)),
-                  std::move(answer));
+    freeze_timer_->async_wait([this, alive = alive_, frozen, began, wait](boost::system::error_code ec) {
+      if (!*alive || ec || !freeze_done_) return;  // destroy() answered it
+      poll_freeze(frozen, began, std::min<std::chrono::microseconds>(wait * 2, std::chrono::milliseconds(2)));
     });
   }
 
@@ -462,6 +461,7 @@ class JailInstance final : public Instance {
   bool destroyed_ = false, dead_ = false;
   bool frozen_ = false;                                // as last requested
   std::unique_ptr<asio::steady_timer> freeze_timer_;  // while a freeze or thaw settles
+  std::function<void(Result<void>)> freeze_done_;     // its completion
   Teardown teardown_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -57,7 +57,7 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   ONLY(f, "state_dir", "templates_dir", "socket", "listen", "default_template", "max_sessions", "output_cap_bytes",
        "max_body_bytes", "max_upload_bytes", "http_threads", "blocking_threads", "defaults", "maxima", "tenant_quotas",
        "output_retention", "stdin_timeout_s", "uid_slots", "launcher_threads", "exec_nofile", "connections",
-       "session_budgets", "block_io", "admission", "dev_mode", "files", "disk", "volumes");
+       "session_budgets", "block_io", "admission", "dev_mode", "files", "disk", "volumes", "pools");
   TAKE(f, "state_dir", c.state_dir);
   TAKE(f, "templates_dir", c.templates_dir);
   TAKE(f, "socket", c.socket_path);
@@ -222,6 +222,45 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
     TAKE(s, "max_per_tenant", c.volumes.max_per_tenant);
   }
   if (c.volumes.max_size_mb < 16) return fail(ErrorCode::invalid_argument, "config: volumes.max_size_mb must be >= 16");
+  auto pools = f.array("pools");
+  if (!pools) return config_error(pools.error());
+  for (size_t i = 0; *pools && i < (*pools)->size(); ++i) {
+    std::string where = "pools[" + std::to_string(i) + "]";
+    const json::value& item = (**pools)[i];
+    if (!item.is_object()) return fail(ErrorCode::invalid_argument, "config: " + where + " must be an object");
+    JsonFields p(item.as_object(), where);
+    ONLY(p, "template", "size", "limits");
+    PoolConfig pool{.template_name = "",
+                    .size = 0,
+                    .cpus = c.defaults.cpus,
+                    .memory_mb = c.defaults.memory_mb,
+                    .disk_mb = c.defaults.disk_mb,
+                    .pids = c.defaults.pids};
+    auto name = p.require_string("template");
+    if (!name) return config_error(name.error());
+    pool.template_name = *name;
+    TAKE(p, "size", pool.size);
+    auto limits = p.object("limits");
+    if (!limits) return config_error(limits.error());
+    if (*limits) {
+      ONLY(**limits, "cpus", "memory_mb", "disk_mb", "pids");
+      TAKE(**limits, "cpus", pool.cpus);
+      TAKE(**limits, "memory_mb", pool.memory_mb);
+      TAKE(**limits, "disk_mb", pool.disk_mb);
+      TAKE(**limits, "pids", pool.pids);
+    }
+    // A shape no create could ask for would never be claimed.
+    if (!(pool.cpus > 0) || pool.cpus > c.maxima.cpus || pool.memory_mb < 16 || pool.memory_mb > c.maxima.memory_mb ||
+        pool.disk_mb < 1 || pool.disk_mb > c.maxima.disk_mb || pool.pids < 1 || pool.pids > c.maxima.pids)
+      return fail(ErrorCode::invalid_argument, "config: " + where + ".limits must be what a create may ask for (maxima)");
+    if (pool.size < 1 || pool.size > 1024)
+      return fail(ErrorCode::invalid_argument, "config: " + where + ".size must be 1..1024");
+    for (const PoolConfig& other : c.pools)
+      if (other.template_name == pool.template_name && other.cpus == pool.cpus && other.memory_mb == pool.memory_mb &&
+          other.disk_mb == pool.disk_mb && other.pids == pool.pids)
+        return fail(ErrorCode::invalid_argument, "config: " + where + " has the shape of an earlier pool");
+    c.pools.push_back(pool);
+  }
   for (double t : {c.connections.header_timeout_s, c.connections.idle_timeout_s})
     if (!(t > 0 && t <= 3600))
       return fail(ErrorCode::invalid_argument, "config: connections timeouts must be in (0, 3600] seconds");

@@ -103,6 +103,17 @@ struct VolumeConfig {
   uint64_t max_per_tenant = 32;
 };
 
+// A warm pool (`pools: [{template, size, limits}]`, session/pool.cc): `size` sessions of
+// `template` with these sandbox limits kept booted and ready; a create of the same shape
+// (template and cpus, memory_mb, disk_mb, pids) claims one. Limits not given are the
+// defaults', so `{"template": "base", "size": 4}` serves creates that ask for none.
+struct PoolConfig {
+  std::string template_name;
+  uint64_t size = 0;
+  double cpus = 1.0;
+  uint64_t memory_mb = 512, disk_mb = 1024, pids = 256;
+};
+
 struct DaemonConfig {
   std::string state_dir = "/var/lib/cela/state";
   std::string templates_dir = "/var/lib/cela/templates";
@@ -139,6 +150,7 @@ struct DaemonConfig {
   BlockIoConfig block_io;
   AdmissionConfig admission;
   ConnectionConfig connections;
+  std::vector<PoolConfig> pools;
   // Tenant defaults of every session's file policy (`files`: API.md "File policy");
   // a create may narrow them.
   FilePolicy files;

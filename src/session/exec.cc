@@ -75,6 +75,11 @@ void SessionManager::start_exec(const Caller& caller, const std::string& session
     if (!found) return done(std::unexpected(found.error()));
     std::shared_ptr<Session> session = *found;
     Session& s = *session;
+    if (!running_or_later(s, [this, caller, session_id, spec, done](Result<void> r) mutable {
+          if (!r) return done(std::unexpected(r.error()));
+          start_exec(caller, session_id, std::move(spec), std::move(done));
+        }))
+      return;
     // Errors a client sees never hold a granted value.
     done = [r = s.redactions, done = std::move(done)](Result<ExecRecord> x) {
       if (!x) return done(std::unexpected(redact_error(r.get(), std::move(x.error()))));
@@ -144,13 +149,29 @@ void SessionManager::start_exec(const Caller& caller, const std::string& session
     s.execs[r.id] = e;
     s.last_activity = Clock::now();
     arm_session_timer(session);
-    e->start_timer = std::make_unique<asio::steady_timer>(reactor_, kExecStartTimeout);
-    e->start_timer->async_wait([this, session, e](boost::system::error_code ec) {
-      if (ec || e->started || e->finished) return;
-      complete_all(e->on_start, Result<ExecRecord>(fail(ErrorCode::internal, "the session's init did not start exec " +
-                                                                                 e->record.id + " in time")));
-      terminate(session, "failed", "init_died", "init stopped answering");
-    });
+    arm_exec_start_timer(session, e, kExecStartTimeout);
+  });
+}
+
+void SessionManager::arm_exec_start_timer(const std::shared_ptr<Session>& session, const std::shared_ptr<ExecState>& e,
+                                          Clock::duration after) {
+  assert_on_reactor();
+  e->start_timer = std::make_unique<asio::steady_timer>(reactor_, after);
+  e->start_timer->async_wait([this, session, e](boost::system::error_code ec) {
+    if (ec || e->started || e->finished) return;
+    complete_all(e->on_start, Result<ExecRecord>(fail(ErrorCode::internal, "the session's init did not start exec " +
+                                                                               e->record.id + " in time")));
+    terminate(session, "failed", "init_died", "init stopped answering");
+  });
+}
+
+void SessionManager::arm_exec_timeout(ExecState& e, Clock::duration after) {
+  assert_on_reactor();
+  e.timeout = std::make_unique<asio::steady_timer>(reactor_, after);
+  e.timeout->async_wait([&e](boost::system::error_code ec) {
+    if (ec || e.finished || e.observed.wait_status) return;
+    e.observed.timed_out = true;
+    if (e.exec) (void)e.exec->kill_tree();
   });
 }
 
@@ -163,12 +184,9 @@ void SessionManager::exec_started(ExecState& e) {
   e.pending_stdin.clear();
   if (e.close_stdin_after) e.exec->close_stdin();
   if (e.timeout_ms > 0) {
-    e.timeout = std::make_unique<asio::steady_timer>(reactor_, std::chrono::milliseconds(e.timeout_ms));
-    e.timeout->async_wait([&e](boost::system::error_code ec) {
-      if (ec || e.finished || e.observed.wait_status) return;
-      e.observed.timed_out = true;
-      if (e.exec) (void)e.exec->kill_tree();
-    });
+    // Started while the session is being paused: the timeout begins at the resume.
+    if (e.session.freeze == Session::Freeze::running) arm_exec_timeout(e, std::chrono::milliseconds(e.timeout_ms));
+    else e.timeout_left = std::chrono::milliseconds(e.timeout_ms);
   }
   ExecRecord running = e.snapshot();
   complete_all(e.on_start, Result<ExecRecord>(running));
@@ -310,6 +328,11 @@ void SessionManager::write_stdin(const Caller& caller, const std::string& sessio
     if (!found) return done(std::unexpected(found.error()));
     std::shared_ptr<ExecState> e = *found;
     if (e->finished) return done(fail(ErrorCode::conflict, "exec " + exec_id + " has ended"));
+    if (!running_or_later(e->session, [this, caller, session_id, exec_id, data, close, done](Result<void> r) mutable {
+          if (!r) return done(std::unexpected(r.error()));
+          write_stdin(caller, session_id, exec_id, std::move(data), close, std::move(done));
+        }))
+      return;
     if (!e->exec || e->close_stdin_after || e->stdin_closed)
       return done(fail(ErrorCode::conflict, "stdin of exec " + exec_id + " is closed"));
     e->session.last_activity = Clock::now();
@@ -347,6 +370,11 @@ void SessionManager::kill_exec(const Caller& caller, const std::string& session_
     if (!found) return done(std::unexpected(found.error()));
     std::shared_ptr<ExecState> e = *found;
     if (e->finished || !e->exec) return done(e->record);
+    if (!running_or_later(e->session, [this, caller, session_id, exec_id, spec, done](Result<void> r) mutable {
+          if (!r) return done(std::unexpected(r.error()));
+          kill_exec(caller, session_id, exec_id, spec, std::move(done));
+        }))
+      return;
     e->observed.kill_signal = spec.signal;
     if (spec.signal == SIGKILL || spec.grace.count() <= 0) {
       (void)e->exec->kill_tree();

@@ -95,6 +95,10 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(const DaemonConfig&
   for (int i = 0; i < config.launcher_threads; ++i)
     m->launcher_threads_.emplace_back([mp = m.get()] { mp->launcher_.run(); });
   m->on_reactor([mp = m.get()] { mp->arm_retention(); });
+  for (const PoolConfig& pool : config.pools) {
+    m->pools_.push_back(std::make_unique<WarmPool>());
+    m->pools_.back()->config = pool;
+  }
   return m;
 }
 
@@ -118,6 +122,7 @@ void SessionManager::shutdown() {
       std::vector<std::shared_ptr<Session>> live;
       for (auto& [id, s] : sessions_) live.push_back(s);
       for (auto& s : live) terminate(s, "terminated", "daemon_shutdown", "the daemon stopped");
+      drain_pools();
       done.set_value();
     });
     f.wait();
@@ -165,6 +170,7 @@ void SessionManager::create(const Caller& caller, CreateSessionSpec spec, std::c
     // Before anything is reserved (or the host template generated).
     if (spec.template_name == rootfs::kHostTemplate)
       if (auto ok = dev_template_allowed(caller, spec.template_name); !ok) return done(std::unexpected(ok.error()));
+    if (claim_pooled(caller, spec, began, done)) return;  // a warm pool's ready session (pool.cc)
     admission_.reserve(wait, [this, caller, spec = std::move(spec), began, done = std::move(done)](
                                  Result<void> admitted_now) mutable {
       full_ = admission_.full();
@@ -206,6 +212,8 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
   session->limits = spec.limits;
   session->env = spec.env;
   session->allow_sudo = sudo_allowed(*tmpl, spec.allow_sudo);
+  session->auto_pause_s = spec.auto_pause_s;
+  session->auto_resume = spec.auto_resume;
   session->expires = Clock::now() + std::chrono::seconds(spec.limits.ttl_s);
   session->files = spec.files.value_or(config_.files);
   if (auto g = resolve_grants(caller, *session, spec.secrets); !g) return give_back(g.error());
@@ -222,7 +230,9 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
   r.spec = {.template_name = spec.template_name,
             .allow_sudo = session->allow_sudo,
             .disk_kind = disk_kind,
-            .volumes = spec.volumes};
+            .volumes = spec.volumes,
+            .auto_pause_s = spec.auto_pause_s,
+            .auto_resume = spec.auto_resume};
   int64_t now = store::now_ms();
   r.created_at = store::format_rfc3339(now);
   r.expires_at = store::format_rfc3339(now + static_cast<int64_t>(spec.limits.ttl_s) * 1000);
@@ -237,15 +247,9 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
     return give_back(ins.error());
   }
 
-  runtime::InstanceSpec is;
-  is.name = r.id;
-  is.hostname = "cela-" + r.id.substr(2, 8);
-  is.rootfs.layers = tmpl->layers;
-  for (const auto& b : tmpl->binds) is.rootfs.binds.emplace_back(b.source, b.target);
-  is.disk_bytes = spec.limits.disk_mb << 20;
+  runtime::InstanceSpec is = instance_spec(r.id, *tmpl, spec.limits);
   is.disk_kind = runtime::disk_kind(disk_kind).value_or(runtime::DiskKind::disk);
   is.volumes = session->instance_spec.volumes;  // claim_volumes filled them in
-  is.limits = {spec.limits.memory_mb << 20, spec.limits.cpus, spec.limits.pids};
   session->instance_spec = is;
   asio::post(launcher_, [this, session, is, began, done = std::move(done)]() mutable {
     auto instance = std::make_shared<Result<std::unique_ptr<runtime::Instance>>>(backend_->start(is));
@@ -255,6 +259,19 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
       booted(session, std::move(*instance), std::move(done));
     });
   });
+}
+
+runtime::InstanceSpec SessionManager::instance_spec(const std::string& id, const rootfs::Template& tmpl,
+                                                   const SessionLimits& limits) const {
+  runtime::InstanceSpec is;
+  is.name = id;
+  is.hostname = "cela-" + id.substr(2, 8);
+  is.rootfs.layers = tmpl.layers;
+  for (const auto& b : tmpl.binds) is.rootfs.binds.emplace_back(b.source, b.target);
+  is.disk_bytes = limits.disk_mb << 20;
+  is.disk_kind = runtime::disk_kind(config_.disk.kind).value_or(runtime::DiskKind::disk);  // a create may say
+  is.limits = {limits.memory_mb << 20, limits.cpus, limits.pids};
+  return is;
 }
 
 void SessionManager::booted(std::shared_ptr<Session> session, Result<std::unique_ptr<runtime::Instance>> instance,
@@ -498,11 +515,17 @@ Result<SessionManager::FsView> SessionManager::fs_view(const Caller& caller, con
                                                        bool for_upload, std::optional<uint64_t> declared) {
   std::promise<Result<FsView>> promise;
   auto f = promise.get_future();
-  // Waits for the reactor only (it never blocks on sandbox code).
-  on_reactor([&] {
+  // Waits for the reactor only (it never blocks on sandbox code), and for the thaw of a
+  // paused session with auto_resume (a kernel operation, bounded by kFreezeTimeout).
+  std::function<void()> take = [&] {
     auto found = find_live(caller, session_id);
     if (!found) return promise.set_value(std::unexpected(found.error()));
     Session& s = **found;
+    if (!running_or_later(s, [&](Result<void> r) {
+          if (!r) return promise.set_value(std::unexpected(r.error()));
+          take();  // running again: the same lookup
+        }))
+      return;
     if (!s.instance) return promise.set_value(fail(ErrorCode::gone, "session " + session_id + " has ended"));
     auto root = s.instance->open_root();
     if (!root) return promise.set_value(std::unexpected(root.error()));
@@ -529,7 +552,8 @@ Result<SessionManager::FsView> SessionManager::fs_view(const Caller& caller, con
       }
     }
     promise.set_value(std::move(view));
-  });
+  };
+  on_reactor([&] { take(); });
   return f.get();
 }
 

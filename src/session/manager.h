@@ -45,6 +45,7 @@
 #include "session/admission.h"
 #include "session/config.h"
 #include "session/output.h"
+#include "session/pool.h"
 #include "session/secrets.h"
 #include "session/tenants.h"
 #include "session/session_fs.h"
@@ -134,6 +135,16 @@ class SessionManager {
   // when it is small (else the caller reads it with exec_output).
   void run(const Caller& caller, const std::string& session_id, ExecSpec spec, Done<RunOutcome> done);
 
+  // ---- pause (session/pause.cc)
+  // Freezes every process of the session (state `paused`: no CPU; memory, files and
+  // processes kept) or thaws it (state `ready`). Idempotent; completes once the kernel
+  // reports the new state (the wait is a reactor timer, never a thread). While paused,
+  // the TTL runs on, the idle clock and exec timeouts stop; an exec, stdin, kill or
+  // file call resumes the session first when it was created with auto_resume, else it
+  // answers conflict.
+  void pause(const Caller& caller, const std::string& id, Done<store::SessionRecord> done);
+  void resume(const Caller& caller, const std::string& id, Done<store::SessionRecord> done);
+
   // A path-safe view of the session's filesystem (files API).
   Result<std::shared_ptr<SessionFs>> files(const Caller& caller, const std::string& session_id);
   // A streamed upload of `path` (session/upload.h): the temp file is created and the
@@ -150,6 +161,11 @@ class SessionManager {
   Result<std::unique_ptr<ArchiveImport>> open_import(const Caller& caller, const std::string& session_id,
                                                      const std::string& path, std::optional<uint64_t> declared_bytes);
 
+  // ---- warm pools (session/pool.cc)
+  // Boots the configured pools' sessions in the background (call after recover()).
+  void start_pools();
+  // What GET /v1/pools shows: one status per configured pool, in config order.
+  void pool_status(Done<std::vector<PoolStatus>> done);
   // An export (download or archive) of a live session leaves a record: path, size,
   // sha256 (the audit; session/audit_hook.h).
   void record_export(const Caller& caller, const std::string& session_id, std::string_view kind,
@@ -181,6 +197,21 @@ class SessionManager {
                 Done<store::SessionRecord> done);
   void booted(std::shared_ptr<Session> session, Result<std::unique_ptr<runtime::Instance>> instance,
               Done<store::SessionRecord> done);
+  runtime::InstanceSpec instance_spec(const std::string& id, const rootfs::Template& tmpl,
+                                      const SessionLimits& limits) const;
+
+  // pool.cc. claim_pooled: true when it answered `done` (a claim, or a refusal of the
+  // caller's quota); false when no pool of the spec's shape has a ready session (the
+  // create boots cold). fill_pools boots what the pools lack; drain_pools ends them all.
+  bool claim_pooled(const Caller& caller, const CreateSessionSpec& spec, std::chrono::steady_clock::time_point began,
+                    Done<store::SessionRecord>& done);
+  void fill_pools();
+  void boot_pooled(WarmPool& pool);
+  void pooled_booted(WarmPool& pool, std::shared_ptr<Session> session,
+                     Result<std::unique_ptr<runtime::Instance>> instance, std::chrono::steady_clock::time_point began);
+  void drop_pooled(WarmPool& pool, const std::shared_ptr<Session>& session, const std::string& why);
+  void retry_pool_later(WarmPool& pool, const Error& why);
+  void drain_pools();
 
   // Secret grants (grants.cc): opened at create (not_found for an unknown name),
   // written once the sandbox is up, ended at their TTL and at teardown (file wiped,
@@ -211,6 +242,16 @@ class SessionManager {
   // cleanup report then says whether its loop device let go (set_cleanup), and what
   // waits in after_release runs.
   void release_disk_later(std::shared_ptr<Session> session, std::function<bool()> release, bool record);
+  void pause_or_resume(const Caller& caller, const std::string& id, bool frozen, Done<store::SessionRecord> done);
+  // pause.cc: freezes or thaws; `done` once the kernel reports it (or why not).
+  void set_frozen(const std::shared_ptr<Session>& session, bool frozen, Done<void> done);
+  // True when the session runs now. Else false, and `retry` runs on the reactor once it
+  // does (after the resume auto_resume starts, or after a change in flight), or gets
+  // the error (conflict: paused without auto_resume; the resume failed).
+  bool running_or_later(Session& session, std::function<void(Result<void>)> retry);
+  void arm_exec_start_timer(const std::shared_ptr<Session>& session, const std::shared_ptr<ExecState>& e,
+                            std::chrono::steady_clock::duration after);
+  void arm_exec_timeout(ExecState& e, std::chrono::steady_clock::duration after);
   void exec_started(ExecState& e);
   void exec_finished(ExecState& e);
   void maybe_finish(ExecState& e);
@@ -266,6 +307,7 @@ class SessionManager {
   std::map<std::string, store::SessionRecord> unrecorded_;
   std::map<std::string, std::vector<store::ExecRecord>> pending_execs_;  // by session; reactor-only
   std::unique_ptr<boost::asio::steady_timer> retry_timer_, retention_timer_;
+  std::vector<std::unique_ptr<WarmPool>> pools_;  // config order
   bool stopping_ = false;
   // Who has each volume ("<tenant>/<name>") mounted: one writer, any readers. Reactor
   // writes; get_volume/list_volumes read under volume_mu_ (a leaf lock).

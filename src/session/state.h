@@ -16,6 +16,7 @@
 #include "session/admission.h"
 #include "session/exec_outcome.h"
 #include "session/output.h"
+#include "session/pool.h"
 #include "session/secret_grants.h"
 #include "session/types.h"
 #include "store/records.h"
@@ -44,6 +45,9 @@ struct ExecState final : runtime::ExecListener {
   Clock::time_point started_at;
   ExecObservation observed;
   std::unique_ptr<boost::asio::steady_timer> start_timer, timeout, grace, linger;
+  // While the session is paused, the start and timeout timers are stopped and what was
+  // left of them kept here (session/pause.cc): a frozen exec's time does not run out.
+  std::optional<Clock::duration> start_left, timeout_left;
   // Waiting for the start (POST …/execs) and for the end (…/run).
   std::vector<Done<store::ExecRecord>> on_start, on_end;
 
@@ -84,6 +88,15 @@ struct Session {
   // DELETE answers once the cleanup report can say the loop device let go).
   bool disk_pending = false;
   std::vector<std::function<void()>> after_release;
+  // Pause (session/pause.cc). `pausing` and `resuming` last until the kernel reports the
+  // freezer's new state; calls arriving meanwhile wait in after_freeze and run again.
+  enum class Freeze { running, pausing, paused, resuming } freeze = Freeze::running;
+  std::vector<std::function<void()>> after_freeze;
+  uint64_t auto_pause_s = 0;
+  bool auto_resume = false;
+  // While it waits in a warm pool (session/pool.cc): booted, never given code, no
+  // tenant, not in the live map. nullptr for every session callers can see.
+  WarmPool* pool = nullptr;
 
   int running_execs() const {
     int n = 0;

@@ -68,6 +68,9 @@ struct CreateSessionSpec {
   std::vector<std::string> env;  // "K=V"
   std::map<std::string, std::string> metadata;
   std::optional<bool> allow_sudo;  // unset: what the template promises
+  uint64_t auto_pause_s = 0;       // pause once idle this long; 0 = never (session/pause.cc)
+  bool auto_resume = false;        // an exec or file call on a paused session resumes it
+  bool use_pool = true;            // `"pool": false` always boots a fresh sandbox
   std::vector<SecretGrantSpec> secrets;
   std::optional<FilePolicy> files;  // unset: the daemon's defaults
 };

@@ -78,6 +78,8 @@ std::string spec_column(const KeptSpec& s) {
     for (const auto& v : s.volumes) volumes.push_back(json::object{{"name", v.name}, {"path", v.path}, {"read_only", v.read_only}});
     o["volumes"] = std::move(volumes);
   }
+  if (s.auto_pause_s) o["auto_pause_s"] = s.auto_pause_s;
+  if (s.auto_resume) o["auto_resume"] = true;
   return json::serialize(o);
 }
 
@@ -96,6 +98,8 @@ Result<KeptSpec> read_spec_column(std::string_view text) {
         s.volumes.push_back(std::move(m));
       }
     }
+    if (auto r = set_if(f.integer("auto_pause_s"), s.auto_pause_s); !r) return r;
+    if (auto r = set_if(f.boolean("auto_resume"), s.auto_resume); !r) return r;
     return set_if(f.boolean("allow_sudo"), s.allow_sudo);
   });
 }

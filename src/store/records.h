@@ -99,6 +99,8 @@ struct KeptSpec {
   bool allow_sudo = false;
   std::string disk_kind;  // "disk" | "memory" ("" in records older than it)
   std::vector<VolumeMountSpec> volumes;
+  uint64_t auto_pause_s = 0;  // pause after this many idle seconds; 0 = never
+  bool auto_resume = false;   // an exec or file call on a paused session resumes it
   bool operator==(const KeptSpec&) const = default;
 };
 

@@ -141,6 +141,15 @@ CREATE TABLE secrets (
   PRIMARY KEY (tenant_id, name)
 ) STRICT;
 )sql",
+    // 6: warm pools' sandboxes, booted ahead and owned by no tenant until a create
+    // claims one (it then becomes a row of sessions with the same id).
+    R"sql(
+CREATE TABLE pooled_sessions (
+  id         TEXT PRIMARY KEY,
+  template   TEXT NOT NULL,
+  created_at TEXT NOT NULL
+) STRICT;
+)sql",
 };
 constexpr int64_t kSchemaVersion = std::size(kMigrations);
 
@@ -547,16 +556,20 @@ Result<Usage> Store::live_usage(std::optional<std::string_view> tenant_id) {
 
 Result<void> Store::insert_session(const SessionRecord& s) {
   const std::string step = "insert session " + s.id;
-  auto created_ms = parse_rfc3339(s.created_at);
-  if (!created_ms)
-    return fail(ErrorCode::invalid_argument, step + ": created_at: " + created_ms.error().context);
   if (!is_session_state(s.state)) {
     return fail(ErrorCode::invalid_argument, step + ": unknown state '" + s.state + "'");
   }
   std::lock_guard lock(mu_);
   auto tx = Transaction::begin(db_, step);
   if (!tx) return std::unexpected(tx.error());
+  if (auto r = insert_session_locked(s, step); !r) return r;
+  return tx->commit();
+}
 
+Result<void> Store::insert_session_locked(const SessionRecord& s, const std::string& step) {
+  auto created_ms = parse_rfc3339(s.created_at);
+  if (!created_ms)
+    return fail(ErrorCode::invalid_argument, step + ": created_at: " + created_ms.error().context);
   auto stmt = db_.prepare("INSERT INTO sessions (" + std::string(kSessionColumns) +
                               ", created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
                               "?, ?, ?, ?, ?, ?, ?, ?)",
@@ -569,7 +582,52 @@ Result<void> Store::insert_session(const SessionRecord& s) {
              NullIfEmpty{s.termination_reason}, NullIfEmpty{s.termination_at},
              NullIfEmpty{s.termination_message},
              s.cleanup ? std::optional(cleanup_column(*s.cleanup)) : std::nullopt, *created_ms);
-  if (auto r = stmt->run(); !r) return r;
+  return stmt->run();
+}
+
+Result<void> Store::insert_pooled(std::string_view id, std::string_view template_name) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare("INSERT INTO pooled_sessions (id, template, created_at) VALUES (?, ?, ?)",
+                          "insert pooled session " + std::string(id));
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(id, template_name, now_rfc3339());
+  return stmt->run();
+}
+
+Result<void> Store::remove_pooled(std::string_view id) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare("DELETE FROM pooled_sessions WHERE id = ?", "remove pooled session " + std::string(id));
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(id);
+  return stmt->run();
+}
+
+Result<std::vector<std::string>> Store::pooled_ids() {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare("SELECT id FROM pooled_sessions ORDER BY created_at", "list pooled sessions");
+  if (!stmt) return std::unexpected(stmt.error());
+  std::vector<std::string> ids;
+  for (;;) {
+    auto row = stmt->step();
+    if (!row) return std::unexpected(row.error());
+    if (!*row) return ids;
+    Row r(*stmt);
+    ids.push_back(r.text());
+  }
+}
+
+Result<void> Store::claim_pooled(const SessionRecord& s) {
+  const std::string step = "claim pooled session " + s.id;
+  if (!is_session_state(s.state)) return fail(ErrorCode::invalid_argument, step + ": unknown state '" + s.state + "'");
+  std::lock_guard lock(mu_);
+  auto tx = Transaction::begin(db_, step);
+  if (!tx) return std::unexpected(tx.error());
+  auto del = db_.prepare("DELETE FROM pooled_sessions WHERE id = ?", step);
+  if (!del) return std::unexpected(del.error());
+  del->bind(s.id);
+  if (auto r = del->run(); !r) return r;
+  if (del->changes() != 1) return fail(ErrorCode::internal, step + ": no such pooled session");
+  if (auto r = insert_session_locked(s, step); !r) return r;
   return tx->commit();
 }
 

@@ -147,6 +147,14 @@ class Store {
   // Deletes sessions that ended before `ended_before` (RFC 3339) with their execs and
   // output index rows; returns the output files they named, for the caller to unlink.
   Result<std::vector<std::string>> purge_ended_before(std::string_view ended_before);
+  // ---- Warm pools (session/pool.cc): sessions booted ahead, owned by no tenant ----
+  // Recorded before the boot starts, so recovery finds what a crash left (pooled_ids).
+  Result<void> insert_pooled(std::string_view id, std::string_view template_name);
+  Result<void> remove_pooled(std::string_view id);
+  Result<std::vector<std::string>> pooled_ids();
+  // A pooled sandbox becomes `session` (of its tenant): the session row inserted and
+  // the pooled row removed in one transaction.
+  Result<void> claim_pooled(const SessionRecord& session);
   // ---- Secrets (sealed values only) ----
   // Inserts or replaces (tenant_id, name).
   Result<void> put_secret(const SecretRecord& secret);
@@ -167,6 +175,7 @@ class Store {
  private:
   explicit Store(Db db) : db_(std::move(db)) {}
   Result<void> migrate();
+  Result<void> insert_session_locked(const SessionRecord& session, const std::string& step);
   Result<IssuedKey> insert_key_locked(std::string_view tenant_id, bool admin, bool host_admin);
   Result<TenantRecord> insert_tenant_locked(std::string_view name, const Quotas& quotas);
   Result<Usage> live_usage_locked(std::optional<std::string_view> tenant_id);

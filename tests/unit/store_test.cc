@@ -110,7 +110,7 @@ class StoreTest : public ::testing::Test {
 TEST_F(StoreTest, OpenCreatesSchemaWithMode0600) {
   auto version = store_->schema_version();
   ASSERT_TRUE(version);
-  EXPECT_EQ(*version, 5);
+  EXPECT_EQ(*version, 6);
   EXPECT_EQ(mode_of(db_path_), 0600u);
   ASSERT_TRUE(std::filesystem::exists(db_path_ + "-wal"));  // WAL is on
   EXPECT_EQ(mode_of(db_path_ + "-wal"), 0600u);
@@ -152,7 +152,7 @@ TEST_F(StoreTest, ReopenKeepsDataAndMigrationIsIdempotent) {
   for (int round = 0; round < 2; ++round) {
     auto reopened = Store::open(db_path_);
     ASSERT_TRUE(reopened) << reopened.error().message();
-    EXPECT_EQ(*(*reopened)->schema_version(), 5);
+    EXPECT_EQ(*(*reopened)->schema_version(), 6);
     auto tenants = (*reopened)->list_tenants();
     ASSERT_TRUE(tenants);
     ASSERT_EQ(tenants->size(), 2u);
@@ -283,17 +283,17 @@ TEST_F(StoreBootstrapTest, MigrationKeepsOnlyTheDefaultTenantsAdminKeysHostWide)
   const std::string other_admin = store_->create_key(other->id, true, true)->key;
   const std::string default_user = store_->create_key((*store_->list_tenants())[0].id, false)->key;
   store_.reset();
-  // Back to schema 3: the column did not exist.
+  // Back to schema 3: the column (and the later tables) did not exist.
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open(db_path_.c_str(), &raw), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE api_keys DROP COLUMN host_admin; DROP TABLE secrets; PRAGMA user_version = 3", nullptr,
+  ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE api_keys DROP COLUMN host_admin; DROP TABLE secrets; DROP TABLE pooled_sessions; PRAGMA user_version = 3", nullptr,
                          nullptr, nullptr),
             SQLITE_OK)
       << sqlite3_errmsg(raw);
   sqlite3_close(raw);
   auto reopened = Store::open(db_path_);
   ASSERT_TRUE(reopened) << reopened.error().message();
-  EXPECT_EQ(*(*reopened)->schema_version(), 5);
+  EXPECT_EQ(*(*reopened)->schema_version(), 6);
   auto host = [&](const std::string& key) { return (**(*reopened)->authenticate(key)).host_admin; };
   EXPECT_TRUE(host(boot));
   EXPECT_FALSE(host(other_admin));
@@ -784,6 +784,34 @@ TEST(StoreTimeTest, NewIdsArePrefixedRandomHex) {
     seen.insert(id);
   }
   EXPECT_EQ(seen.size(), 1000u);
+}
+
+// A pooled sandbox is recorded before it boots (recovery finds it) and becomes a
+// session row in the same transaction that forgets the pooled row; only once.
+TEST_F(StoreTest, PooledSessionIsClaimedOnceIntoATenantsSession) {
+  SessionRecord s = session(alpha_, "ready");
+  ASSERT_TRUE(store_->insert_pooled(s.id, "base"));
+  auto ids = store_->pooled_ids();
+  ASSERT_TRUE(ids);
+  EXPECT_EQ(*ids, std::vector<std::string>{s.id});
+  auto usage = store_->live_usage(alpha_);
+  ASSERT_TRUE(usage);
+  EXPECT_EQ(usage->sessions, 0) << "a pooled sandbox belongs to no tenant";
+  auto claimed = store_->claim_pooled(s);
+  ASSERT_TRUE(claimed) << claimed.error().message();
+  EXPECT_TRUE(store_->pooled_ids()->empty());
+  auto got = store_->get_session(alpha_, s.id);
+  ASSERT_TRUE(got) << got.error().message();
+  EXPECT_EQ(got->state, "ready");
+  EXPECT_EQ(store_->live_usage(alpha_)->sessions, 1);
+  // Claimed already: a second claim changes nothing.
+  SessionRecord again = s;
+  again.tenant_id = beta_;
+  EXPECT_FALSE(store_->claim_pooled(again));
+  EXPECT_FALSE(store_->get_session(beta_, s.id));
+  ASSERT_TRUE(store_->insert_pooled("s-00000000000000aa", "base"));
+  ASSERT_TRUE(store_->remove_pooled("s-00000000000000aa"));
+  EXPECT_TRUE(store_->pooled_ids()->empty());
 }
 
 }  // namespace

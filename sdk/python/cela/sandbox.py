@@ -440,7 +440,8 @@ class Sandbox:
 
         ``wait_s`` waits up to that many seconds for host capacity instead of failing
         with CapacityExceeded. Extra keyword arguments (``network``, ``packages``,
-        ``volumes``, ``secrets``, ...) are passed through in the request body.
+        ``volumes``, ``secrets``, ``auto_pause_s``, ``auto_resume``, ``pool``, ...) are
+        passed through in the request body.
         """
         client = Client(url, api_key)
         body: Dict[str, Any] = {}
@@ -518,6 +519,17 @@ class Sandbox:
     def disk_used_bytes(self) -> Optional[int]:
         """Bytes in use in the writable layer (fresh from the server)."""
         return self.info().get("disk_used_bytes")
+
+    def pause(self) -> Dict[str, Any]:
+        """Freezes every process of the session (state ``paused``: no CPU; memory,
+        files and processes kept). Returns once the kernel reports it frozen."""
+        self._info = self._client.json("POST", f"/v1/sessions/{_quote(self.id)}/pause")
+        return self._info
+
+    def resume(self) -> Dict[str, Any]:
+        """Thaws a paused session (state ``ready``)."""
+        self._info = self._client.json("POST", f"/v1/sessions/{_quote(self.id)}/resume")
+        return self._info
 
     def delete(self) -> Dict[str, Any]:
         """Ends the session (idempotent); returns the final record with its ``cleanup`` report."""
