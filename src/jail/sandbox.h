@@ -38,6 +38,7 @@ struct SandboxSpec {
   CgroupLimits limits;
   uint32_t host_uid_base = 0;  // host uid that is root inside and owns the user namespace
   KernelBudgets budgets;
+  bool exec_notify = false;  // watch every execve inside (agent/exec_notify.h)
 };
 
 struct StartedExec {
@@ -89,6 +90,8 @@ class Sandbox {
   // The writable layer's upper directory as the host sees it (snapshots); -1 after
   // destroy().
   int upper_fd() const { return upper_.get(); }
+  // The execve listener (SandboxSpec::exec_notify), -1 without one.
+  int exec_notify_fd() const { return exec_notify_.get(); }
   Cgroup& cgroup() { return *cgroup_; }
   std::chrono::microseconds startup_time() const { return startup_; }
 
@@ -109,6 +112,7 @@ class Sandbox {
   UniqueFd pidfd_;
   UniqueFd control_;
   UniqueFd upper_;
+  UniqueFd exec_notify_;
   std::unique_ptr<Cgroup> cgroup_;
   std::deque<agent::Message> pending_;  // events that arrived while waiting for a reply
   uint64_t next_exec_id_ = 1;

@@ -11,6 +11,7 @@
 #include <boost/json/object.hpp>
 
 #include "common/error.h"
+#include "obs/audit.h"
 
 namespace cela::session {
 
@@ -84,6 +85,13 @@ struct ConnectionConfig {
   double idle_timeout_s = 60;    // a keep-alive connection between requests
 };
 
+// GET /metrics and the per-session metrics (docs/operations.md "Observability").
+struct MetricsConfig {
+  bool public_endpoint = false;  // GET /metrics without a key (else host admin only)
+  double sample_interval_s = 10;  // per-session history sampler; 0 = no history
+  uint64_t history_samples = 60;
+};
+
 struct DaemonConfig {
   std::string state_dir = "/var/lib/cela/state";
   std::string templates_dir = "/var/lib/cela/templates";
@@ -120,6 +128,9 @@ struct DaemonConfig {
   BlockIoConfig block_io;
   AdmissionConfig admission;
   ConnectionConfig connections;
+  obs::AuditOptions audit;
+  MetricsConfig metrics;
+  bool json_logs = true;  // daemon log lines as JSON (`logs.format`: "json" | "text")
 
   // Reads a JSON config file over the defaults.
   static Result<DaemonConfig> load(const std::string& path);

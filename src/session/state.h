@@ -4,6 +4,7 @@
 
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -14,6 +15,7 @@
 #include "runtime/runtime.h"
 #include "session/admission.h"
 #include "session/exec_outcome.h"
+#include "session/observe.h"
 #include "session/output.h"
 #include "session/types.h"
 #include "store/records.h"
@@ -41,6 +43,11 @@ struct ExecState final : runtime::ExecListener {
   uint64_t timeout_ms = 0;
   Clock::time_point started_at;
   ExecObservation observed;
+  // The session's counters when the exec started (limit events are their deltas) and
+  // its wall-clock start (files written since).
+  std::optional<runtime::Stats> session_at_start;
+  int64_t started_wall_ms = 0;
+  uint64_t processes = 0;  // programs executed in it (process.exec)
   std::unique_ptr<boost::asio::steady_timer> start_timer, timeout, grace, linger;
   // Waiting for the start (POST …/execs) and for the end (…/run).
   std::vector<Done<store::ExecRecord>> on_start, on_end;
@@ -69,6 +76,13 @@ struct Session {
   std::unique_ptr<boost::asio::steady_timer> timer;
   Clock::time_point expires, last_activity;
   bool ended = false;
+  // Observability (session/observe.cc): limits hit, the sampled history and its timer.
+  std::vector<LimitEvent> limit_events;
+  std::deque<MetricSample> history;
+  std::unique_ptr<boost::asio::steady_timer> sampler;
+  Clock::time_point created_at = Clock::now();
+  uint64_t processes = 0;
+  uint64_t oom_kills = 0;  // seen by its execs (v1 counts them in the exec's own cgroup)
 
   int running_execs() const {
     int n = 0;
