@@ -317,7 +317,9 @@ void SessionManager::observe_exec_ended(ExecState& e) {
   auto layer = s.instance->open_writable_layer();
   if (!layer) return;
   // The walk reads the layer off the reactor: a large tree costs the observer thread.
-  asio::post(observer_, [layer = std::make_shared<UniqueFd>(std::move(*layer)), since = e.started_wall_ms,
+  // tmpfs stamps files with the coarse clock (one tick, up to 10 ms, behind): files
+  // written right at the start would otherwise look older than the exec.
+  asio::post(observer_, [layer = std::make_shared<UniqueFd>(std::move(*layer)), since = e.started_wall_ms - 20,
                          subject = subject_of(s, r.id)] {
     json::array files;
     size_t visited = 0, changed = 0;

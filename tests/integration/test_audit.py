@@ -59,7 +59,7 @@ def story(d):
     r = d.run(sid, "/bin/echo hi; printf 'hello\\n' > /tmp/note.txt; ls / >/dev/null")
     assert r["state"] == "exited", r
     d.delete(sid)
-    assert wait_until(lambda: any(x["kind"] == "files.written" for x in records(d, sid)), timeout=10)
+    assert wait_until(lambda: any(x["kind"] == "files.written" for x in records(d, sid)), timeout=30)
     return sid, r
 
 
