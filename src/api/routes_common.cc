@@ -17,6 +17,7 @@ void add_api_routes(RouteContext& ctx) {
   add_session_routes(ctx);
   add_file_routes(ctx);
   add_observe_routes(ctx);
+  add_secret_routes(ctx);
 }
 
 RouteOptions upload_options(const RouteContext& ctx) {

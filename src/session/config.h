@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "obs/audit.h"
+#include "session/types.h"
 
 namespace cela::session {
 
@@ -131,6 +132,9 @@ struct DaemonConfig {
   obs::AuditOptions audit;
   MetricsConfig metrics;
   bool json_logs = true;  // daemon log lines as JSON (`logs.format`: "json" | "text")
+  // Tenant defaults of every session's file policy (`files`: API.md "File policy");
+  // a create may narrow them.
+  FilePolicy files;
 
   // Reads a JSON config file over the defaults.
   static Result<DaemonConfig> load(const std::string& path);

@@ -39,12 +39,14 @@
 #include <thread>
 
 #include "common/error.h"
+#include "obs/redact.h"
 #include "rootfs/template.h"
 #include "runtime/runtime.h"
 #include "session/admission.h"
 #include "session/config.h"
 #include "session/observe.h"
 #include "session/output.h"
+#include "session/secrets.h"
 #include "session/tenants.h"
 #include "session/session_fs.h"
 #include "session/types.h"
@@ -140,6 +142,10 @@ class SessionManager {
                                                        int64_t after_seq, bool& ended);
   // Live sessions by state and tenant (the /metrics collector). Any thread.
   std::vector<std::pair<std::pair<std::string, std::string>, int64_t>> sessions_by_state() const;
+  // An export (download or archive) of a live session leaves a record: path, size,
+  // sha256 (the audit; session/audit_hook.h).
+  void record_export(const Caller& caller, const std::string& session_id, std::string_view kind,
+                     std::string_view path, uint64_t size, std::string_view sha256);
 
   int64_t live_sessions() const { return live_count_.load(); }
   // True when no create could be admitted now (readyz).
@@ -147,6 +153,8 @@ class SessionManager {
   const DaemonConfig& config() const { return config_; }
   // Tenants and keys (any thread).
   Tenants& tenants() { return tenants_; }
+  // Tenant secrets, sealed at rest (any thread).
+  Secrets& secrets() { return secrets_; }
 
  private:
   friend struct ExecState;
@@ -165,6 +173,14 @@ class SessionManager {
                 Done<store::SessionRecord> done);
   void booted(std::shared_ptr<Session> session, Result<std::unique_ptr<runtime::Instance>> instance,
               Done<store::SessionRecord> done);
+
+  // Secret grants (grants.cc): opened at create (not_found for an unknown name),
+  // written once the sandbox is up, ended at their TTL and at teardown (file wiped,
+  // value wiped; true when it was live).
+  Result<void> resolve_grants(const Caller& caller, Session& s, const std::vector<SecretGrantSpec>& grants);
+  Result<void> install_grants(const std::shared_ptr<Session>& session);
+  bool end_grant(Session& s, size_t index, std::string_view why);
+  uint64_t end_grants(Session& s, std::string_view why);
 
   // Reactor-only lookups and transitions.
   Result<std::shared_ptr<Session>> find_live(const Caller& caller, const std::string& id);
@@ -199,6 +215,8 @@ class SessionManager {
     uint32_t inside_uid = 0, inside_gid = 0;  // the same, as the sandbox sees them
     uint64_t memory_limit = 0, memory_current = 0;     // uploads of kMemoryCheckBytes or more
     std::shared_ptr<runtime::WriterLauncher> writers;  // uploads only
+    FilePolicy files;                                  // the session's file policy
+    std::shared_ptr<const obs::Redactions> redactions;  // its granted secrets
   };
   // for_upload: also the writers, and the memory usage when `declared` is large enough
   // for it to matter (reading the cgroup's statistics costs more than a small upload).
@@ -206,6 +224,9 @@ class SessionManager {
                          std::optional<uint64_t> declared = std::nullopt);
   static constexpr uint64_t kMemoryCheckBytes = 1 << 20;
   FsLimits fs_limits() const;
+  // The session's file policy applied to a view: writable roots, the sandbox user's
+  // permissions, exportable roots and the secret scan of exports (file_access.cc).
+  void apply_file_policy(SessionFs& fs, const FsView& view) const;
   // limit when `declared` cannot fit the session (free disk, memory headroom); callers
   // check max_upload_bytes first, before taking the view.
   Result<void> check_declared(const FsView& view, std::optional<uint64_t> declared) const;
@@ -213,6 +234,7 @@ class SessionManager {
   DaemonConfig config_;
   store::Store& store_;
   Tenants tenants_{store_};
+  Secrets secrets_{store_, config_.state_dir + "/secrets.key"};
   rootfs::TemplateStore templates_;
   std::unique_ptr<runtime::Backend> backend_;
   std::string output_dir_;

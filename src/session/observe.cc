@@ -234,13 +234,15 @@ void SessionManager::observe_exec_started(ExecState& e, const ExecSpec& spec) {
   obs::AuditLog* log = obs::installed_audit();
   std::string code = spec.cmd.empty() ? "" : spec.cmd;
   for (const auto& a : spec.argv) code += a + '\0';
-  json::object d{{"argv", argv_json(spec.argv, log)},
+  // The record's argv and cmd: secret values are already redacted there.
+  const ExecRecord& r = e.record;
+  json::object d{{"argv", argv_json(r.argv, log)},
                  {"cwd", e.record.cwd},
                  {"user", e.record.user},
                  {"code_sha256", sha256_hex(code + spec.stdin_text)},
                  {"timeout_ms", e.timeout_ms}};
-  if (!spec.cmd.empty()) d["cmd"] = log ? log->body(spec.cmd) : spec.cmd;
-  if (!spec.stdin_text.empty()) d["stdin"] = log ? log->body(spec.stdin_text) : std::string("(stdin)");
+  if (!r.cmd.empty()) d["cmd"] = log ? log->body(r.cmd) : r.cmd;
+  if (!spec.stdin_text.empty()) d["stdin"] = obs::body_hash(spec.stdin_text);  // never kept: it may carry secrets
   obs::audit("exec.start", subject_of(s, e.record.id), d);
 }
 

@@ -148,6 +148,17 @@ class Store {
   // Deletes sessions that ended before `ended_before` (RFC 3339) with their execs and
   // output index rows; returns the output files they named, for the caller to unlink.
   Result<std::vector<std::string>> purge_ended_before(std::string_view ended_before);
+  // ---- Secrets (sealed values only) ----
+  // Inserts or replaces (tenant_id, name).
+  Result<void> put_secret(const SecretRecord& secret);
+  // Rows whose expires_at is before `now` (RFC 3339) are deleted first, then the
+  // tenant's secrets by name.
+  Result<std::vector<SecretRecord>> list_secrets(std::string_view tenant_id, std::string_view now);
+  // not_found when missing or expired at `now`.
+  Result<SecretRecord> get_secret(std::string_view tenant_id, std::string_view name, std::string_view now);
+  // False when there was none.
+  Result<bool> delete_secret(std::string_view tenant_id, std::string_view name);
+
   // ---- Exec output index (the bytes live in files the session layer writes) ----
   // Inserts or replaces the (exec_id, stream) entry; the exec must exist.
   Result<void> set_output(const OutputRecord& output);
