@@ -22,6 +22,7 @@
 #include <cstring>
 #include <map>
 
+#include "agent/exec_notify.h"
 #include "agent/protocol.h"
 #include "agent/rootfs.h"
 #include "agent/spawn.h"
@@ -205,7 +206,15 @@ void run_init(const InitConfig& config) {
   ::syscall(SYS_close_range, 3, low - 1, 0);
   ::syscall(SYS_close_range, low + 1, high - 1, 0);
   ::syscall(SYS_close_range, high + 1, ~0U, 0);
-  if (auto r = send_message(config.control_fd, message(MessageType::ready)); !r) ::_exit(1);
+  // Installed last, so none of init's own setup is watched; every exec forks from
+  // here and inherits it. Init keeps no copy of the listener: only the host answers.
+  if (config.exec_notify) {
+    auto listener = install_exec_notify_filter();
+    if (!listener) setup_failed(config.control_fd, listener.error());
+    if (auto r = send_message(config.control_fd, message(MessageType::ready), {listener->get()}); !r) ::_exit(1);
+  } else if (auto r = send_message(config.control_fd, message(MessageType::ready)); !r) {
+    ::_exit(1);
+  }
   Init(config, signal_fd).serve();
 }
 
@@ -230,6 +239,7 @@ void run_init_reexec(int control_fd) {
     config.rootfs.shm_bytes = msg->body.at("shm_bytes").to_number<uint64_t>();
     config.rootfs.pty_max = msg->body.at("pty_max").to_number<uint32_t>();
     config.seccomp = &seccomp;
+    if (auto* n = msg->body.if_contains("exec_notify"); n && n->is_bool()) config.exec_notify = n->as_bool();
   } catch (const std::exception& e) {
     setup_failed(control_fd, Error{ErrorCode::internal, 0, std::string("bad config message: ") + e.what()});
   }

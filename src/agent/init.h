@@ -22,6 +22,9 @@ struct InitConfig {
   std::string hostname;
   RootfsSpec rootfs;
   const SeccompProgram* seccomp = nullptr;  // compiled by the host side before clone
+  // Watch every execve/execveat of the sandbox (agent/exec_notify.h): the listener
+  // goes to the host with `ready`.
+  bool exec_notify = false;
 };
 
 // Init's work once it has its config (run_init_reexec reads it).

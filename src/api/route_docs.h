@@ -60,6 +60,11 @@ ResponseDoc empty_response(int status, std::string description);
 
 // ---- the routes (in routes_admin.cc, routes_sessions.cc, routes_files.cc) ----
 extern const RouteDoc healthz;
+// route_docs_observe.cc
+extern const RouteDoc prometheus_metrics;
+extern const RouteDoc session_metrics;
+extern const RouteDoc session_events;
+extern const RouteDoc list_audit;
 extern const RouteDoc readyz;
 extern const RouteDoc openapi;
 extern const RouteDoc create_tenant;

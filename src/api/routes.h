@@ -20,6 +20,7 @@ void add_session_routes(RouteContext& ctx);
 void add_file_routes(RouteContext& ctx);
 void add_admin_routes(RouteContext& ctx);
 void add_pool_routes(RouteContext& ctx);  // routes_pools.cc
+void add_observe_routes(RouteContext& ctx);  // routes_observe.cc: metrics, events, audit
 void add_secret_routes(RouteContext& ctx);  // routes_secrets.cc
 void add_storage_routes(RouteContext& ctx);  // routes_storage.cc: volumes, reset
 // All of the above, in the daemon's order: the one table served and described by

@@ -4,6 +4,11 @@
 
 #include "api/responder.h"
 #include "api/routes.h"
+#include "obs/audit.h"
+#include "obs/catalog.h"
+
+#include <chrono>
+#include <mutex>
 
 namespace cela::api {
 
@@ -12,6 +17,7 @@ void add_api_routes(RouteContext& ctx) {
   add_session_routes(ctx);
   add_file_routes(ctx);
   add_pool_routes(ctx);
+  add_observe_routes(ctx);
   add_secret_routes(ctx);
   add_storage_routes(ctx);
 }
@@ -43,18 +49,61 @@ void answer_blocking(RouteContext& ctx, Responder& res, int status,
   });
 }
 
+namespace {
+
+// Every refused key is counted; at most kAuthAuditPerSecond of them per second are
+// recorded in the audit (a flood of bad keys must not fill the state dir); the next
+// record says how many were not.
+constexpr int kAuthAuditPerSecond = 20;
+
+void auth_failed(const Request& request, std::string_view why) {
+  obs::catalog::auth_failures().add({request.transport == Transport::unix_socket ? "unix" : "tcp"});
+  static std::mutex mu;
+  static int64_t window = 0;
+  static int in_window = 0;
+  static uint64_t suppressed = 0;
+  uint64_t dropped = 0;
+  {
+    std::lock_guard lock(mu);
+    int64_t now = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    if (now != window) window = now, in_window = 0;
+    if (++in_window > kAuthAuditPerSecond) {
+      ++suppressed;
+      return;
+    }
+    dropped = std::exchange(suppressed, 0);
+  }
+  obs::audit("auth.failure", {},
+             {{"reason", why},
+              {"transport", request.transport == Transport::unix_socket ? "unix" : "tcp"},
+              {"remote", request.remote_address},
+              {"method", request.method_name},
+              {"path", request.path},
+              {"request_id", request.request_id},
+              {"not_recorded_before", dropped}});
+}
+
+}  // namespace
+
 Authenticator make_authenticator(RouteContext& ctx) {
   return [&ctx](const Request& request) -> std::expected<Principal, ApiError> {
     if (request.transport == Transport::unix_socket) {
       // The socket is mode 0600 and root-owned; still, only uid 0 acts as local root.
       if (request.peer && request.peer->uid == 0) return Principal{ctx.default_tenant_id, true, "", true};
+      auth_failed(request, "a non-root peer on the local socket without a key");
       return std::unexpected(ApiError::unauthorized("only root may use the local socket without a key"));
     }
     auto token = bearer_token(request);
-    if (!token) return std::unexpected(ApiError::unauthorized());
+    if (!token) {
+      auth_failed(request, "no key");
+      return std::unexpected(ApiError::unauthorized());
+    }
     auto key = ctx.sessions.tenants().authenticate(*token);
     if (!key) return std::unexpected(ApiError::internal(key.error().message()));
-    if (!*key) return std::unexpected(ApiError::unauthorized());
+    if (!*key) {
+      auth_failed(request, "unknown or revoked key");
+      return std::unexpected(ApiError::unauthorized());
+    }
     return Principal{(*key)->tenant_id, (*key)->admin || (*key)->host_admin, (*key)->id, (*key)->host_admin};
   };
 }

@@ -240,6 +240,7 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
   json::object config = message(MessageType::config, {{"hostname", spec.hostname},
                                                        {"shm_bytes", rootfs.shm_bytes},
                                                        {"pty_max", rootfs.pty_max}});
+  if (spec.exec_notify) config["exec_notify"] = true;
   if (auto r = send_message(sb->control_fd(), config, {seccomp_fd.get()}); !r) return std::unexpected(r.error());
   seccomp_fd.reset();
   if (auto r = send_message(sb->control_fd(), message(MessageType::maps), attach); !r) return std::unexpected(r.error());
@@ -271,6 +272,10 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
                 ready->body.at("errno").to_number<int>());
   }
   if (ready->type() != MessageType::ready) return fail(ErrorCode::internal, "unexpected message from init during setup");
+  if (spec.exec_notify) {
+    if (ready->fds.size() != 1) return fail(ErrorCode::internal, "init's ready came without the exec listener");
+    sb->exec_notify_ = std::move(ready->fds[0]);
+  }
   sb->startup_ = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began);
   return sb;
 }
@@ -362,6 +367,7 @@ Result<TeardownReport> Sandbox::destroy() {
     if (auto stats = cgroup_->stats(); stats) report.processes_killed = stats->pids_current;
   }
   kill_and_reap();
+  exec_notify_.reset();
   control_.reset();
   upper_.reset();  // the writable layer goes with its last reference
   if (cgroup_) {

@@ -42,6 +42,7 @@ struct SandboxSpec {
   // life; -1: a tmpfs sized by rootfs.disk_bytes.
   int disk_root = -1;
   std::vector<VolumeBind> volumes;  // their mounts held by the caller
+  bool exec_notify = false;  // watch every execve inside (agent/exec_notify.h)
 };
 
 struct StartedExec {
@@ -93,6 +94,8 @@ class Sandbox {
   // The writable layer's upper directory as the host sees it (snapshots); -1 after
   // destroy().
   int upper_fd() const { return upper_.get(); }
+  // The execve listener (SandboxSpec::exec_notify), -1 without one.
+  int exec_notify_fd() const { return exec_notify_.get(); }
   Cgroup& cgroup() { return *cgroup_; }
   std::chrono::microseconds startup_time() const { return startup_; }
 
@@ -113,6 +116,7 @@ class Sandbox {
   UniqueFd pidfd_;
   UniqueFd control_;
   UniqueFd upper_;
+  UniqueFd exec_notify_;
   std::unique_ptr<Cgroup> cgroup_;
   std::deque<agent::Message> pending_;  // events that arrived while waiting for a reply
   uint64_t next_exec_id_ = 1;

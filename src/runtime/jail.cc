@@ -15,6 +15,7 @@
 #include <map>
 
 #include "jail/cgroup.h"
+#include "jail/exec_notify.h"
 #include "jail/file_writer.h"
 #include "jail/init_process.h"
 #include "jail/sandbox.h"
@@ -227,6 +228,10 @@ class JailInstance final : public Instance {
     control_ = std::make_unique<Descriptor>(reactor, ::fcntl(sandbox_->control_fd(), F_DUPFD_CLOEXEC, 3));
     pidfd_ = std::make_unique<Descriptor>(reactor, ::fcntl(sandbox_->pidfd(), F_DUPFD_CLOEXEC, 3));
     arm_control();
+    if (sandbox_->exec_notify_fd() >= 0) {
+      notify_ = std::make_unique<Descriptor>(reactor, ::fcntl(sandbox_->exec_notify_fd(), F_DUPFD_CLOEXEC, 3));
+      arm_notify();
+    }
     pidfd_->async_wait(Descriptor::wait_read, [this, alive = alive_](boost::system::error_code ec) {
       if (!*alive || ec) return;
       died("the session's init process died");
@@ -254,6 +259,8 @@ class JailInstance final : public Instance {
     execs_[id] = {e.get(), &listener};
     return std::unique_ptr<Exec>(new ExecHandle(std::move(e), *this, id));
   }
+
+  void on_process(std::function<void(const ProcessEvent&)> fn) override { on_process_ = std::move(fn); }
 
   Result<jail::CgroupStats> stats() const override { return sandbox_->cgroup().stats(); }
   void freeze(bool frozen, std::function<void(Result<void>)> done) override {
@@ -300,6 +307,7 @@ class JailInstance final : public Instance {
     destroyed_ = true;
     control_.reset();
     pidfd_.reset();
+    notify_.reset();
     finish_freeze(fail(ErrorCode::gone, "the sandbox has ended"));
     if (auto st = sandbox_->cgroup().stats(); st) teardown_.processes_killed = st->pids_current;
     if (frozen_) {
@@ -440,6 +448,44 @@ class JailInstance final : public Instance {
     if (*alive_ && !destroyed_) arm_control();
   }
 
+  // One notification per wake-up: a session that execs in a loop shares the reactor
+  // fairly (each of its execve calls waits for its turn).
+  void arm_notify() {
+    if (!notify_) return;
+    notify_->async_wait(Descriptor::wait_read, [this, alive = alive_](boost::system::error_code ec) {
+      if (!*alive || ec || !notify_) return;
+      auto n = jail::take_exec_notification(notify_->native_handle());
+      if (!n) {
+        std::fprintf(stderr, "cela: exec watch of %s stopped: %s\n", sandbox_->cgroup().name().c_str(),
+                     n.error().message().c_str());
+        notify_.reset();
+        return;
+      }
+      if (*n && on_process_) on_process_(to_event(**n));
+      if (*alive_) arm_notify();
+    });
+  }
+
+  ProcessEvent to_event(const jail::ExecNotification& n) {
+    ProcessEvent e;
+    e.pid = n.pid;
+    e.ppid = n.ppid;
+    uint32_t base = slot_.host_base();
+    e.uid = n.uid >= base && n.uid - base < 65536 ? n.uid - base : n.uid;
+    e.gid = n.gid >= base && n.gid - base < 65536 ? n.gid - base : n.gid;
+    e.syscall = n.syscall;
+    e.path = n.path;
+    e.argv = n.argv;
+    e.truncated = n.truncated;
+    // ".../<sandbox>/e-<n>": the exec's own cgroup names it.
+    auto slash = n.cgroup.rfind("/e-");
+    if (slash != std::string::npos) {
+      uint64_t id = std::strtoull(n.cgroup.c_str() + slash + 3, nullptr, 10);
+      if (auto it = execs_.find(id); it != execs_.end()) e.exec = it->second.listener;
+    }
+    return e;
+  }
+
   void died(std::string why) {
     if (destroyed_ || dead_) return;
     dead_ = true;
@@ -455,7 +501,8 @@ class JailInstance final : public Instance {
   std::shared_ptr<DiskMeter> meter_;
   asio::io_context* reactor_ = nullptr;
   std::function<void(std::string)> on_died_;
-  std::unique_ptr<Descriptor> control_, pidfd_;
+  std::unique_ptr<Descriptor> control_, pidfd_, notify_;
+  std::function<void(const ProcessEvent&)> on_process_;
   std::map<uint64_t, Entry> execs_;
   uint64_t next_id_ = 1;
   bool destroyed_ = false, dead_ = false;
@@ -487,6 +534,7 @@ class JailBackend final : public Backend {
     sb.rootfs.pty_max = options_.pty_max;
     sb.limits = spec.limits;
     sb.budgets = options_.budgets;
+    sb.exec_notify = options_.exec_notify;
     auto slot = jail::UidSlot::acquire(jail::kSlotLockDir, options_.uid_slots);
     if (!slot) {
       Error e = slot.error();

@@ -77,6 +77,20 @@ struct StartFailure {
   int err = 0;
 };
 
+class ExecListener;
+
+// A program executed inside the sandbox, seen by the host while its execve waited
+// (backends that can: the jail with JailOptions::exec_notify).
+struct ProcessEvent {
+  pid_t pid = 0, ppid = 0;    // inside the sandbox (0: unknown)
+  uint32_t uid = 0, gid = 0;  // inside
+  std::string syscall;        // execve | execveat
+  std::string path;
+  std::vector<std::string> argv;
+  bool truncated = false;
+  ExecListener* exec = nullptr;  // the exec whose tree it belongs to, while it is known
+};
+
 // Receives one exec's life, on the reactor thread. Every exec ends with exactly one of
 // on_start_failed or on_exited; output may still arrive after on_exited (background
 // processes holding the pipes) until both streams have ended.
@@ -172,6 +186,9 @@ class Instance {
   virtual void attach(boost::asio::io_context& reactor, std::function<void(std::string why)> on_died) = 0;
   // Starts a process; the listener must outlive the Exec.
   virtual Result<std::unique_ptr<Exec>> exec(const ProcessSpec& spec, ExecListener& listener) = 0;
+  // Every program executed inside, on the reactor (set after attach; backends that
+  // cannot watch never call it).
+  virtual void on_process(std::function<void(const ProcessEvent&)> fn) { (void)fn; }
   virtual Result<jail::CgroupStats> stats() const = 0;
   // Freezes (true) or thaws (false) every process of the sandbox without blocking the
   // reactor: the new state is requested now and `done` runs later on the reactor, once

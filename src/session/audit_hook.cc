@@ -4,11 +4,18 @@
 #include <cstdio>
 
 #include "common/time.h"
+#include "obs/audit.h"
 
 namespace cela::session {
 
+// Into the daemon's hash-chained audit log (obs/audit.h); without one installed
+// (`cela run`, unit tests), one line on stderr as before.
 void audit_hook(std::string_view kind, std::string_view tenant_id, std::string_view session_id,
                 boost::json::object fields) {
+  if (obs::AuditLog* log = obs::installed_audit(); log && log->options().enabled) {
+    (void)log->record(kind, {std::string(tenant_id), std::string(session_id), ""}, fields);
+    return;
+  }
   fields["kind"] = kind;
   fields["tenant_id"] = tenant_id;
   fields["session_id"] = session_id;

@@ -1,7 +1,7 @@
 // The audit entry point of the session layer for secret grants, their expiry and file
-// exports, until obs/'s audit (issue 10, "Audit") lands on main: then this forwards to
-// it. Today it writes one JSON line per event to the daemon's log (stderr), prefixed
-// "cela: audit ". Values are never passed here, only names, paths, sizes and hashes.
+// exports: it forwards to obs/'s hash-chained audit log (obs::audit); without one
+// installed it writes one JSON line per event to stderr, prefixed "cela: audit ".
+// Values are never passed here, only names, paths, sizes and hashes.
 #pragma once
 
 #include <boost/json/object.hpp>

@@ -57,7 +57,8 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   ONLY(f, "state_dir", "templates_dir", "socket", "listen", "default_template", "max_sessions", "output_cap_bytes",
        "max_body_bytes", "max_upload_bytes", "http_threads", "blocking_threads", "defaults", "maxima", "tenant_quotas",
        "output_retention", "stdin_timeout_s", "uid_slots", "launcher_threads", "exec_nofile", "connections",
-       "session_budgets", "block_io", "admission", "dev_mode", "files", "disk", "volumes", "pools");
+       "session_budgets", "block_io", "admission", "dev_mode", "files", "disk", "volumes", "pools", "audit",
+       "metrics", "logs");
   TAKE(f, "state_dir", c.state_dir);
   TAKE(f, "templates_dir", c.templates_dir);
   TAKE(f, "socket", c.socket_path);
@@ -260,6 +261,50 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
           other.disk_mb == pool.disk_mb && other.pids == pool.pids)
         return fail(ErrorCode::invalid_argument, "config: " + where + " has the shape of an earlier pool");
     c.pools.push_back(pool);
+  }
+  auto au = section("audit");
+  if (!au) return std::unexpected(au.error());
+  if (*au) {
+    const JsonFields& s = **au;
+    ONLY(s, "enabled", "process_exec", "files_written", "exec_bodies", "retention_days", "file", "syslog");
+    for (auto [key, field] : {std::pair{"enabled", &c.audit.enabled}, std::pair{"process_exec", &c.audit.process_exec},
+                              std::pair{"files_written", &c.audit.files_written}, std::pair{"syslog", &c.audit.syslog}}) {
+      if (auto v = s.boolean(key); !v) return config_error(v.error());
+      else if (*v) *field = **v;
+    }
+    std::string bodies = c.audit.exec_bodies == obs::BodyPolicy::keep ? "keep" : "hash";
+    TAKE(s, "exec_bodies", bodies);
+    if (bodies != "keep" && bodies != "hash")
+      return fail(ErrorCode::invalid_argument, "config: audit.exec_bodies must be \"keep\" or \"hash\"");
+    c.audit.exec_bodies = bodies == "keep" ? obs::BodyPolicy::keep : obs::BodyPolicy::hash;
+    TAKE(s, "retention_days", c.audit.retention_days);
+    TAKE(s, "file", c.audit.file);
+    if (c.audit.retention_days < 0) return fail(ErrorCode::invalid_argument, "config: audit.retention_days must be >= 0");
+  }
+  auto me = section("metrics");
+  if (!me) return std::unexpected(me.error());
+  if (*me) {
+    const JsonFields& s = **me;
+    ONLY(s, "public", "sample_interval_s", "history_samples");
+    if (auto v = s.boolean("public"); !v) return config_error(v.error());
+    else if (*v) c.metrics.public_endpoint = **v;
+    TAKE(s, "sample_interval_s", c.metrics.sample_interval_s);
+    TAKE(s, "history_samples", c.metrics.history_samples);
+    if (c.metrics.sample_interval_s != 0 && c.metrics.sample_interval_s < 1)
+      return fail(ErrorCode::invalid_argument, "config: metrics.sample_interval_s must be 0 or >= 1");
+    if (c.metrics.history_samples > 10000)
+      return fail(ErrorCode::invalid_argument, "config: metrics.history_samples must be <= 10000");
+  }
+  auto lg = section("logs");
+  if (!lg) return std::unexpected(lg.error());
+  if (*lg) {
+    const JsonFields& s = **lg;
+    ONLY(s, "format");
+    std::string format = c.json_logs ? "json" : "text";
+    TAKE(s, "format", format);
+    if (format != "json" && format != "text")
+      return fail(ErrorCode::invalid_argument, "config: logs.format must be \"json\" or \"text\"");
+    c.json_logs = format == "json";
   }
   for (double t : {c.connections.header_timeout_s, c.connections.idle_timeout_s})
     if (!(t > 0 && t <= 3600))

@@ -11,6 +11,7 @@
 #include <boost/json/object.hpp>
 
 #include "common/error.h"
+#include "obs/audit.h"
 #include "session/types.h"
 
 namespace cela::session {
@@ -114,6 +115,13 @@ struct PoolConfig {
   uint64_t memory_mb = 512, disk_mb = 1024, pids = 256;
 };
 
+// GET /metrics and the per-session metrics (docs/operations.md "Observability").
+struct MetricsConfig {
+  bool public_endpoint = false;  // GET /metrics without a key (else host admin only)
+  double sample_interval_s = 10;  // per-session history sampler; 0 = no history
+  uint64_t history_samples = 60;
+};
+
 struct DaemonConfig {
   std::string state_dir = "/var/lib/cela/state";
   std::string templates_dir = "/var/lib/cela/templates";
@@ -151,6 +159,9 @@ struct DaemonConfig {
   AdmissionConfig admission;
   ConnectionConfig connections;
   std::vector<PoolConfig> pools;
+  obs::AuditOptions audit;
+  MetricsConfig metrics;
+  bool json_logs = true;  // daemon log lines as JSON (`logs.format`: "json" | "text")
   // Tenant defaults of every session's file policy (`files`: API.md "File policy");
   // a create may narrow them.
   FilePolicy files;

@@ -128,10 +128,11 @@ void SessionManager::start_exec(const Caller& caller, const std::string& session
     e->observed.timeout_ms = timeout_ms;
     e->observed.command = r.argv.empty() ? r.cmd : r.argv[0];
     e->observed.limits = {s.limits.memory_mb << 20, s.limits.cpus, s.limits.pids};
-    e->pending_stdin = std::move(spec.stdin_text);
     e->close_stdin_after = !spec.stdin_open;
     // Recorded first: an exec the store cannot take is never started.
     if (auto ins = store_.insert_exec(r); !ins) return done(std::unexpected(ins.error()));
+    observe_exec_started(*e, spec);
+    e->pending_stdin = std::move(spec.stdin_text);
     std::shared_ptr<OutputFilter> filter;
     if (s.redactions && !s.redactions->empty()) filter = std::make_shared<RedactingFilter>(s.redactions);
     e->output = std::make_unique<OutputPipeline>(reactor_, output_dir_, r.id, config_.output_cap_bytes, filter);
@@ -219,6 +220,7 @@ void SessionManager::exec_finished(ExecState& e) {
     e.exec->drop_stdin(Error{ErrorCode::conflict, 0, "exec " + e.record.id + " has ended"});
     if (auto st = e.exec->stats(); st) e.observed.stats = *st;
   }
+  observe_exec_limits(e);
   ExecRecord& r = e.record;
   // What the redactor held back (a possible prefix of a secret) is kept now.
   e.output->flush_filter();
@@ -245,6 +247,7 @@ void SessionManager::exec_finished(ExecState& e) {
   }
   if (auto f = store_.finish_exec(r); !f) pending_execs_[r.session_id].push_back(r), retry_unrecorded();
   e.output->finish(r);
+  observe_exec_ended(e);
   // The idle timeout counts from the end of the last exec.
   e.session.last_activity = Clock::now();
   if (!e.session.ended)

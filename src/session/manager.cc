@@ -60,6 +60,7 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(const DaemonConfig&
     else limits.push_back({name, value});
   }
   options.pty_max = static_cast<uint32_t>(config.budgets.ptys);
+  options.exec_notify = config.audit.enabled && config.audit.process_exec;
   const BlockIoConfig& bio = config.block_io;
   runtime::BlockIoRequest io{static_cast<uint32_t>(bio.weight), bio.read_bps, bio.write_bps, bio.read_iops,
                              bio.write_iops, bio.devices};
@@ -94,7 +95,10 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(const DaemonConfig&
   m->launcher_work_.emplace(asio::make_work_guard(m->launcher_));
   for (int i = 0; i < config.launcher_threads; ++i)
     m->launcher_threads_.emplace_back([mp = m.get()] { mp->launcher_.run(); });
-  m->on_reactor([mp = m.get()] { mp->arm_retention(); });
+  m->on_reactor([mp = m.get()] {
+    mp->arm_retention();
+    mp->arm_audit_retention();
+  });
   for (const PoolConfig& pool : config.pools) {
     m->pools_.push_back(std::make_unique<WarmPool>());
     m->pools_.back()->config = pool;
@@ -139,6 +143,7 @@ void SessionManager::shutdown() {
       retry_unrecorded();
       retry_timer_.reset();
       retention_timer_.reset();
+      audit_retention_timer_.reset();
       done.set_value();
     });
     f.wait();
@@ -146,9 +151,22 @@ void SessionManager::shutdown() {
   reactor_work_.reset();
   reactor_.stop();
   if (reactor_thread_.joinable()) reactor_thread_.join();
+  observer_.join();
 }
 
 bool SessionManager::full() const { return full_.load(); }
+
+void SessionManager::count_state(const std::string& tenant, const std::string& from, const std::string& to) {
+  std::lock_guard lock(by_state_mu_);
+  if (!from.empty())
+    if (auto it = by_state_.find({tenant, from}); it != by_state_.end() && --it->second <= 0) by_state_.erase(it);
+  if (!to.empty()) ++by_state_[{tenant, to}];
+}
+
+std::vector<std::pair<std::pair<std::string, std::string>, int64_t>> SessionManager::sessions_by_state() const {
+  std::lock_guard lock(by_state_mu_);
+  return {by_state_.begin(), by_state_.end()};
+}
 
 Result<void> SessionManager::dev_template_allowed(const Caller& caller, const std::string& name) const {
   // Dev-only templates show host files (the host's /usr, idmapped: files of other host
@@ -246,6 +264,7 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
     release_volumes(*session);
     return give_back(ins.error());
   }
+  count_state(r.tenant_id, "", r.state);
 
   runtime::InstanceSpec is = instance_spec(r.id, *tmpl, spec.limits);
   is.disk_kind = runtime::disk_kind(disk_kind).value_or(runtime::DiskKind::disk);
@@ -295,6 +314,8 @@ void SessionManager::booted(std::shared_ptr<Session> session, Result<std::unique
     admission_.give_back(session->grant);
     admission_.release();
     full_ = admission_.full();
+    count_state(r.tenant_id, std::string(store::session_state::starting), "");
+    observe_create_failed(r, r.termination_reason, r.termination_message);
     done(std::unexpected(e));
   };
   if (!instance) return failed(instance.error(), "start_failed", instance.error().message());
@@ -320,6 +341,8 @@ void SessionManager::booted(std::shared_ptr<Session> session, Result<std::unique
   set_meter(r.id, session->instance->disk_meter(), 0);
   sessions_[r.id] = session;
   live_count_ = static_cast<int64_t>(sessions_.size());
+  count_state(r.tenant_id, std::string(store::session_state::starting), r.state);
+  observe_created(session);
   arm_session_timer(session);
   done(r);
 }
@@ -360,6 +383,7 @@ void SessionManager::terminate(const std::shared_ptr<Session>& session, std::str
   release_volumes(*session);
   drop_meter(session->record.id);
   SessionRecord& r = session->record;
+  count_state(r.tenant_id, r.state, "");
   r.state = std::move(state);
   r.termination_reason = std::move(reason);
   r.termination_message = std::move(message);
@@ -375,6 +399,7 @@ void SessionManager::terminate(const std::shared_ptr<Session>& session, std::str
     retry_unrecorded();
   }
   if (teardown.release_disk) release_disk_later(session, std::move(teardown.release_disk), true);
+  observe_terminated(*session);
   sessions_.erase(r.id);
   live_count_ = static_cast<int64_t>(sessions_.size());
   admission_.give_back(session->grant);

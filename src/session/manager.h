@@ -28,6 +28,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -44,6 +45,7 @@
 #include "runtime/runtime.h"
 #include "session/admission.h"
 #include "session/config.h"
+#include "session/observe.h"
 #include "session/output.h"
 #include "session/pool.h"
 #include "session/secrets.h"
@@ -166,6 +168,19 @@ class SessionManager {
   void start_pools();
   // What GET /v1/pools shows: one status per configured pool, in config order.
   void pool_status(Done<std::vector<PoolStatus>> done);
+
+  // ---- observability (session/observe.cc)
+  // The session's metrics now: live ones read from its cgroups, an ended one's limit
+  // events from the audit.
+  void metrics(const Caller& caller, const std::string& id, Done<SessionMetrics> done);
+  // The caller's tenant's audit records (store reads, any thread).
+  Result<AuditPage> audit_records(const Caller& caller, const AuditQuery& query);
+  // A session's lifecycle and limit events after `after_seq`; `ended` tells whether the
+  // session's record is final (no more will come). Any thread.
+  Result<std::vector<obs::AuditRecord>> session_events(const Caller& caller, const std::string& id,
+                                                       int64_t after_seq, bool& ended);
+  // Live sessions by state and tenant (the /metrics collector). Any thread.
+  std::vector<std::pair<std::pair<std::string, std::string>, int64_t>> sessions_by_state() const;
   // An export (download or archive) of a live session leaves a record: path, size,
   // sha256 (the audit; session/audit_hook.h).
   void record_export(const Caller& caller, const std::string& session_id, std::string_view kind,
@@ -258,6 +273,19 @@ class SessionManager {
   void retry_unrecorded();
   void arm_retention();
 
+  // session/observe.cc
+  void observe_created(const std::shared_ptr<Session>& session);
+  void observe_create_failed(const store::SessionRecord& record, const std::string& reason, const std::string& message);
+  void observe_terminated(Session& session);
+  void observe_exec_started(ExecState& e, const ExecSpec& spec);
+  void observe_exec_limits(ExecState& e);
+  void observe_exec_ended(ExecState& e);
+  void observe_process(Session& session, const runtime::ProcessEvent& event);
+  void limit_event(Session& session, const std::string& kind, const std::string& detail, const std::string& exec_id);
+  void arm_sampler(const std::shared_ptr<Session>& session);
+  void arm_audit_retention();
+  std::unique_ptr<boost::asio::steady_timer> audit_retention_timer_;
+
   // What the files API needs of a live session, taken on the reactor.
   struct FsView {
     UniqueFd root;
@@ -324,6 +352,13 @@ class SessionManager {
     uint64_t resets = 0;
   };
   std::map<std::string, MeterEntry> meters_;
+
+  // Live sessions per (tenant, state), for the collector (written on the reactor).
+  mutable std::mutex by_state_mu_;
+  std::map<std::pair<std::string, std::string>, int64_t> by_state_;
+  void count_state(const std::string& tenant, const std::string& from, const std::string& to);
+  // Walks of writable layers after execs (files.written), off the reactor.
+  boost::asio::thread_pool observer_{1};
 
   std::atomic<int64_t> live_count_{0};
   std::atomic<bool> full_{false};

@@ -5,6 +5,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <functional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "runtime/runtime.h"
 #include "session/admission.h"
 #include "session/exec_outcome.h"
+#include "session/observe.h"
 #include "session/output.h"
 #include "session/pool.h"
 #include "session/secret_grants.h"
@@ -44,6 +46,11 @@ struct ExecState final : runtime::ExecListener {
   uint64_t timeout_ms = 0;
   Clock::time_point started_at;
   ExecObservation observed;
+  // The session's counters when the exec started (limit events are their deltas) and
+  // its wall-clock start (files written since).
+  std::optional<runtime::Stats> session_at_start;
+  int64_t started_wall_ms = 0;
+  uint64_t processes = 0;  // programs executed in it (process.exec)
   std::unique_ptr<boost::asio::steady_timer> start_timer, timeout, grace, linger;
   // While the session is paused, the start and timeout timers are stopped and what was
   // left of them kept here (session/pause.cc): a frozen exec's time does not run out.
@@ -97,6 +104,13 @@ struct Session {
   // While it waits in a warm pool (session/pool.cc): booted, never given code, no
   // tenant, not in the live map. nullptr for every session callers can see.
   WarmPool* pool = nullptr;
+  // Observability (session/observe.cc): limits hit, the sampled history and its timer.
+  std::vector<LimitEvent> limit_events;
+  std::deque<MetricSample> history;
+  std::unique_ptr<boost::asio::steady_timer> sampler;
+  Clock::time_point created_at = Clock::now();
+  uint64_t processes = 0;
+  uint64_t oom_kills = 0;  // seen by its execs (v1 counts them in the exec's own cgroup)
 
   int running_execs() const {
     int n = 0;

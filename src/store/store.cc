@@ -150,6 +150,30 @@ CREATE TABLE pooled_sessions (
   created_at TEXT NOT NULL
 ) STRICT;
 )sql",
+    // 7: the hash-chained audit log (obs/audit.h). No foreign keys: records outlive
+    // the sessions they are about (their own retention). audit_anchor is where the
+    // chain starts once the retention purge removed its oldest records.
+    R"sql(
+CREATE TABLE audit (
+  seq        INTEGER PRIMARY KEY,
+  at_ms      INTEGER NOT NULL,
+  at         TEXT NOT NULL,
+  tenant_id  TEXT NOT NULL,
+  session_id TEXT NOT NULL DEFAULT '',
+  exec_id    TEXT NOT NULL DEFAULT '',
+  kind       TEXT NOT NULL,
+  data       TEXT NOT NULL,
+  prev_hash  TEXT NOT NULL,
+  hash       TEXT NOT NULL
+) STRICT;
+CREATE INDEX audit_by_tenant ON audit(tenant_id, seq);
+CREATE INDEX audit_by_session ON audit(session_id, seq);
+CREATE TABLE audit_anchor (
+  id   INTEGER PRIMARY KEY CHECK (id = 1),
+  seq  INTEGER NOT NULL,
+  hash TEXT NOT NULL
+) STRICT;
+)sql",
 };
 constexpr int64_t kSchemaVersion = std::size(kMigrations);
 

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "store/audit_rows.h"
 #include "store/records.h"
 #include "store/sqlite.h"
 
@@ -171,6 +172,18 @@ class Store {
   Result<void> set_output(const OutputRecord& output);
   // The exec's entries, stderr before stdout; empty when none were recorded.
   Result<std::vector<OutputRecord>> get_output(std::string_view exec_id);
+
+  // ---- Audit log (store/audit.cc; the chain itself is obs/audit.h's) ----
+  Result<void> append_audit(const AuditRow& row);
+  // The newest row, or nullopt when the table is empty.
+  Result<std::optional<AuditRow>> last_audit();
+  // Where the chain starts (seq 0 and "" when nothing was ever purged).
+  Result<AuditRow> audit_anchor();
+  // Rows matching `filter`, oldest first.
+  Result<std::vector<AuditRow>> list_audit(const AuditFilter& filter);
+  // Deletes rows older than `before_ms` (never the newest one) and moves the anchor to
+  // the last row deleted, in one transaction; returns how many.
+  Result<int64_t> purge_audit_before(int64_t before_ms);
 
  private:
   explicit Store(Db db) : db_(std::move(db)) {}

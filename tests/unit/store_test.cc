@@ -110,7 +110,7 @@ class StoreTest : public ::testing::Test {
 TEST_F(StoreTest, OpenCreatesSchemaWithMode0600) {
   auto version = store_->schema_version();
   ASSERT_TRUE(version);
-  EXPECT_EQ(*version, 6);
+  EXPECT_EQ(*version, 7);
   EXPECT_EQ(mode_of(db_path_), 0600u);
   ASSERT_TRUE(std::filesystem::exists(db_path_ + "-wal"));  // WAL is on
   EXPECT_EQ(mode_of(db_path_ + "-wal"), 0600u);
@@ -152,7 +152,7 @@ TEST_F(StoreTest, ReopenKeepsDataAndMigrationIsIdempotent) {
   for (int round = 0; round < 2; ++round) {
     auto reopened = Store::open(db_path_);
     ASSERT_TRUE(reopened) << reopened.error().message();
-    EXPECT_EQ(*(*reopened)->schema_version(), 6);
+    EXPECT_EQ(*(*reopened)->schema_version(), 7);
     auto tenants = (*reopened)->list_tenants();
     ASSERT_TRUE(tenants);
     ASSERT_EQ(tenants->size(), 2u);
@@ -286,14 +286,14 @@ TEST_F(StoreBootstrapTest, MigrationKeepsOnlyTheDefaultTenantsAdminKeysHostWide)
   // Back to schema 3: the column (and the later tables) did not exist.
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open(db_path_.c_str(), &raw), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE api_keys DROP COLUMN host_admin; DROP TABLE secrets; DROP TABLE pooled_sessions; PRAGMA user_version = 3", nullptr,
+  ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE api_keys DROP COLUMN host_admin; DROP TABLE secrets; DROP TABLE pooled_sessions; DROP TABLE audit; DROP TABLE audit_anchor; PRAGMA user_version = 3", nullptr,
                          nullptr, nullptr),
             SQLITE_OK)
       << sqlite3_errmsg(raw);
   sqlite3_close(raw);
   auto reopened = Store::open(db_path_);
   ASSERT_TRUE(reopened) << reopened.error().message();
-  EXPECT_EQ(*(*reopened)->schema_version(), 6);
+  EXPECT_EQ(*(*reopened)->schema_version(), 7);
   auto host = [&](const std::string& key) { return (**(*reopened)->authenticate(key)).host_admin; };
   EXPECT_TRUE(host(boot));
   EXPECT_FALSE(host(other_admin));
