@@ -176,6 +176,36 @@ const RouteDoc session_egress{
     .errors = {"not_found", "invalid_request"},
 };
 
+const RouteDoc get_network_ceiling{
+    .operation_id = "getNetworkCeiling",
+    .tag = "tenants",
+    .summary = "A tenant's network ceiling (null: none); its admins and host admins",
+    .params = {path_param("t", "tenant id")},
+    .responses = {json_response(200, "the ceiling", ref("NetworkCeilingAnswer"))},
+    .errors = {"forbidden", "not_found"},
+};
+
+const RouteDoc set_network_ceiling{
+    .operation_id = "setNetworkCeiling",
+    .tag = "tenants",
+    .summary = "Set a tenant's network ceiling (host admin only)",
+    .description = "Its sessions' allow rules must fit inside it (beyond it: policy_denied at create and PATCH); "
+                   "both must allow every connection, and a change applies to live sessions' new connections at once.",
+    .params = {path_param("t", "tenant id")},
+    .body = {json_body(ref("NetworkCeiling"), true)},
+    .responses = {json_response(200, "the ceiling", ref("NetworkCeilingAnswer"))},
+    .errors = {"forbidden", "not_found", "invalid_request"},
+};
+
+const RouteDoc delete_network_ceiling{
+    .operation_id = "deleteNetworkCeiling",
+    .tag = "tenants",
+    .summary = "Remove a tenant's network ceiling (host admin only)",
+    .params = {path_param("t", "tenant id")},
+    .responses = {json_response(200, "no ceiling", ref("NetworkCeilingAnswer"))},
+    .errors = {"forbidden", "not_found"},
+};
+
 const RouteDoc delete_session{
     .operation_id = "deleteSession",
     .tag = "sessions",

@@ -310,6 +310,11 @@ const json::object& component_schemas() {
          {"bytes_down", integer_schema()},
          {"duration_ms", integer_schema()}},
         {"at", "kind", "host", "ip", "port", "verdict", "rule", "reason", "bytes_up", "bytes_down", "duration_ms"});
+    s["NetworkCeiling"] = object_schema(
+        {{"allow", array_of(string_schema(), "rules a session's allow rules must fit inside")},
+         {"deny", array_of(string_schema(), "denied for every session of the tenant")}});
+    s["NetworkCeilingAnswer"] = object_schema({{"network_ceiling", nullable(ref("NetworkCeiling"))}},
+                                              {"network_ceiling"});
     s["EgressList"] = object_schema(
         {{"connections", array_of(ref("EgressConnection"), "oldest first")},
          {"next_cursor", nullable(string_schema("pass as ?cursor= for the next page"))}},

@@ -34,6 +34,12 @@ session::Caller caller_of(const Request& request);
 // on success) or the error object.
 void answer_blocking(RouteContext& ctx, Responder& res, int status,
                      std::function<ApiResult<boost::json::value>()> work);
+// Admin checks: an admin key; a host admin key; tenant `t` is managed by a host admin
+// or by an admin key of that same tenant (to a tenant admin another tenant does not
+// exist: not_found, as for every other resource).
+ApiResult<void> require_admin(const Request& req);
+ApiResult<void> require_host_admin(const Request& req);
+ApiResult<void> require_admin_of(const Request& req, std::string_view tenant_id);
 // Routes that take raw uploads (files, archives, stdin): the larger body limit.
 RouteOptions upload_options(const RouteContext& ctx);
 

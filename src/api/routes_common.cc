@@ -14,6 +14,24 @@ void add_api_routes(RouteContext& ctx) {
   add_egress_routes(ctx);
 }
 
+ApiResult<void> require_admin(const Request& req) {
+  if (!req.principal || !req.principal->admin)
+    return api_fail(ApiError::forbidden("an admin key is required"));
+  return {};
+}
+
+ApiResult<void> require_host_admin(const Request& req) {
+  if (auto ok = require_admin(req); !ok) return ok;
+  if (!req.principal->host_admin) return api_fail(ApiError::forbidden("a host admin key is required"));
+  return {};
+}
+
+ApiResult<void> require_admin_of(const Request& req, std::string_view tenant_id) {
+  if (auto ok = require_admin(req); !ok) return ok;
+  if (req.principal->host_admin || req.principal->tenant_id == tenant_id) return {};
+  return api_fail(ApiError::not_found("no tenant " + std::string(tenant_id)));
+}
+
 RouteOptions upload_options(const RouteContext& ctx) {
   RouteOptions o;
   o.body_limit = ctx.sessions.config().max_upload_bytes;

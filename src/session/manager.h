@@ -136,6 +136,11 @@ class SessionManager {
   // The egress proxy every door goes to (net/egress_proxy.h): register internal
   // services here before serving.
   net::EgressProxy& egress() { return *egress_; }
+  // A tenant's network ceiling (admin-set; nullopt = none). Setting one checks its rules
+  // (invalid_argument) and applies to the tenant's live doors for new connections at
+  // once; sessions' own rules beyond it then simply stop matching. Any thread.
+  Result<std::optional<store::NetworkCeiling>> network_ceiling(const std::string& tenant_id);
+  Result<void> set_network_ceiling(const std::string& tenant_id, const std::optional<store::NetworkCeiling>& ceiling);
   // GET /v1/sessions/{id}/egress: the session's attempts, oldest first (any thread).
   Result<std::pair<std::vector<store::EgressRecord>, std::string>> egress_records(const Caller& caller,
                                                                                   const std::string& session_id,
