@@ -8,28 +8,32 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/json.hpp>
+#include <array>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <thread>
 
 #include "cli/sandbox_output.h"
 #include "cli/stop_signals.h"
 #include "common/units.h"
-#include "jail/result.h"
-#include "jail/sandbox.h"
-#include "jail/userns.h"
+#include "common/fs.h"
 #include "rootfs/template.h"
 #include "runtime/jail.h"
+#include "runtime/outcome.h"
 #include "session/exec_env.h"
 
 namespace cela::cli {
 namespace {
 
-using namespace cela::jail;
-using agent::ExecRequest;
+using namespace cela::runtime;
+namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
 
 struct RunOptions {
@@ -57,8 +61,8 @@ struct UsageError {
 };
 
 struct Plan {
-  SandboxSpec spec;
-  ExecRequest exec;
+  runtime::InstanceSpec spec;
+  runtime::ProcessSpec process;
   uint64_t timeout_ms = 0;
 };
 
@@ -78,7 +82,7 @@ Result<Plan> make_plan(const RunOptions& o, const rootfs::Template& tmpl) {
 
   p.spec.rootfs.layers = tmpl.layers;
   for (const auto& b : tmpl.binds) p.spec.rootfs.binds.emplace_back(b.source, b.target);
-  p.spec.rootfs.disk_bytes = *disk;
+  p.spec.disk_bytes = *disk;
   p.spec.limits = {*memory, o.cpus, o.pids};
   p.timeout_ms = static_cast<uint64_t>(timeout->count());
 
@@ -101,158 +105,246 @@ Result<Plan> make_plan(const RunOptions& o, const rootfs::Template& tmpl) {
   }
   auto process = session::process_spec(tmpl.user, in);
   if (!process) return std::unexpected(process.error());
-  p.exec = runtime::to_exec_request(*process);
+  p.process = std::move(*process);
   return p;
 }
 
-// Our stdin on its way to the command's, never blocking the supervise loop: a command
-// that does not read its stdin must not hold up its output, the timeout or a stop
-// signal. At most kMaxPending bytes wait for the command; past that our stdin is not
-// read until it has taken some.
+// The start time of process `pid` (field 22 of /proc/PID/stat), which tells a live
+// process from a later one that reuses its pid; nullopt when there is no such process.
+std::optional<uint64_t> process_start_time(pid_t pid) {
+  auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return std::nullopt;
+  const std::string& text = *stat;
+  auto close = text.rfind(')');  // comm may hold spaces and parentheses
+  if (close == std::string::npos) return std::nullopt;
+  std::string_view rest(text.c_str() + close + 1);
+  for (int field = 3; field < 22; ++field) {
+    auto sp = rest.find(' ', 1);
+    if (sp == std::string_view::npos) return std::nullopt;
+    rest.remove_prefix(sp);
+  }
+  rest.remove_prefix(1);
+  uint64_t start = 0;
+  auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), start);
+  if (ec != std::errc()) return std::nullopt;
+  return start;
+}
+
+// A runner's sandbox is named after the runner: run-<pid>-<start time>. A runner
+// killed before it could clean up leaves that behind; the next runner removes every
+// run- instance whose runner is gone.
+constexpr std::string_view kRunPrefix = "run-";
+
+std::string own_run_name() {
+  pid_t self = ::getpid();
+  return std::string(kRunPrefix) + std::to_string(self) + "-" + std::to_string(process_start_time(self).value_or(0));
+}
+
+bool runner_alive(std::string_view name) {
+  name.remove_prefix(kRunPrefix.size());
+  auto dash = name.find('-');
+  if (dash == std::string_view::npos) return false;  // an older runner's run-<slot>: its slot lock is gone with it
+  pid_t pid = 0;
+  uint64_t start = 0;
+  auto p1 = std::from_chars(name.data(), name.data() + dash, pid);
+  auto p2 = std::from_chars(name.data() + dash + 1, name.data() + name.size(), start);
+  if (p1.ec != std::errc() || p2.ec != std::errc() || p2.ptr != name.data() + name.size()) return true;  // not ours
+  return process_start_time(pid) == start;
+}
+
+void reclaim_stale_runs(runtime::Backend& backend, const std::string& own) {
+  auto names = backend.names();
+  if (!names) return;
+  for (const auto& name : *names) {
+    if (!name.starts_with(kRunPrefix) || name == own || runner_alive(name)) continue;
+    if (auto r = backend.remove_stale(name); !r)
+      std::fprintf(stderr, "cela: stale cgroup %s: %s\n", name.c_str(), r.error().message().c_str());
+  }
+}
+
+// Our stdin on its way to the command's, never holding up the command's output, the
+// timeout or a stop signal. fd 0 may be a terminal or pipe shared with the caller's
+// shell, or a regular file: it is neither made non-blocking nor polled. A thread copies
+// it with blocking reads into a pipe of ours, whose read end the reactor watches. The
+// pipe is the backpressure: once kMaxPending bytes wait for the command the reactor
+// stops reading it, the pipe fills and the thread blocks.
 class StdinForward {
  public:
   static constexpr size_t kMaxPending = 1 << 20;
 
-  // Takes the host end of the command's stdin pipe; makes it non-blocking (our own fd 0
-  // is left as it is: its file description may be shared with the caller's shell).
-  explicit StdinForward(UniqueFd to) : to_(std::move(to)) {
-    if (to_) ::fcntl(to_.get(), F_SETFL, ::fcntl(to_.get(), F_GETFL) | O_NONBLOCK);
-  }
-
-  // The fd to poll for reading (our stdin) or -1, and the one to poll for writing.
-  int read_fd() const { return to_ && !eof_ && pending_.size() < kMaxPending ? 0 : -1; }
-  int write_fd() const { return to_ && !pending_.empty() ? to_.get() : -1; }
-
-  void on_readable() {
-    char buf[65536];
-    ssize_t n = ::read(0, buf, sizeof buf);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
-    if (n <= 0) {
-      eof_ = true;
-      if (pending_.empty()) to_.reset();  // EOF reaches the command once it has the rest
+  StdinForward(asio::io_context& reactor, runtime::Exec& exec) : reader_(reactor), exec_(exec) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+      exec_.close_stdin();
       return;
     }
-    pending_.append(buf, static_cast<size_t>(n));
-    on_writable();  // usually the pipe has room: no extra poll round
-  }
-
-  void on_writable() {
-    while (!pending_.empty()) {
-      ssize_t n = ::write(to_.get(), pending_.data(), pending_.size());
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN) return;
-        // EPIPE: the command closed its stdin. Nothing more will be forwarded.
-        pending_.clear();
-        to_.reset();
-        return;
+    reader_.assign(fds[0]);
+    reader_.non_blocking(true);
+    std::thread([to = UniqueFd(fds[1])] {
+      char buf[65536];
+      for (;;) {
+        ssize_t n = ::read(0, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return;  // EOF reaches the command when `to` closes
+        for (ssize_t done = 0; done < n;) {
+          ssize_t w = ::write(to.get(), buf + done, static_cast<size_t>(n - done));
+          if (w < 0 && errno == EINTR) continue;
+          if (w < 0) return;  // EPIPE: we stopped forwarding
+          done += w;
+        }
       }
-      pending_.erase(0, static_cast<size_t>(n));
-    }
-    if (eof_) to_.reset();
+    }).detach();  // blocked in read(0) at most; it ends with the process
+    read_more();
   }
 
-  // The sandbox is gone: stop forwarding.
+  // The command is gone: stop forwarding (the thread's next write fails).
   void close() {
-    pending_.clear();
-    to_.reset();
+    closed_ = true;
+    boost::system::error_code ignored;
+    reader_.close(ignored);
   }
 
  private:
-  UniqueFd to_;
-  std::string pending_;
-  bool eof_ = false;
+  void read_more() {
+    if (closed_ || reading_ || exec_.stdin_backlog() >= kMaxPending) return;
+    reading_ = true;
+    reader_.async_read_some(asio::buffer(buf_), [this](boost::system::error_code ec, size_t n) {
+      reading_ = false;
+      if (closed_) return;
+      if (ec) {  // EOF (or a broken pipe of ours): the command gets EOF once it has the rest
+        exec_.close_stdin();
+        return;
+      }
+      exec_.write_stdin(std::string(buf_.data(), n), [this](Result<void> r) {
+        if (!r) close();  // EPIPE: the command closed its stdin
+        else read_more();
+      });
+      read_more();
+    });
+  }
+
+  asio::posix::stream_descriptor reader_;
+  runtime::Exec& exec_;
+  std::array<char, 65536> buf_{};
+  bool reading_ = false, closed_ = false;
 };
 
-// Copies from `from` to `to`; returns false at EOF or error.
-bool pump(int from, SandboxOutput& to) {
-  char buf[65536];
-  ssize_t n = ::read(from, buf, sizeof buf);
-  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
-  if (n <= 0) {
-    to.finish();
-    return false;
-  }
-  to.write(std::string_view(buf, static_cast<size_t>(n)));
-  return true;
-}
-
-// Runs the exec to its end: streams output, forwards stdin, enforces the timeout,
-// stops on SIGTERM/SIGINT. Kills the sandbox when the main process ends.
-void supervise(Sandbox& sb, StartedExec& ex, const Plan& plan, SandboxOutput& out, SandboxOutput& err,
-               int signal_fd, RunObservation& obs) {
-  UniqueFd timer(::timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC));
-  itimerspec its{};
-  its.it_value.tv_sec = static_cast<time_t>(plan.timeout_ms / 1000);
-  its.it_value.tv_nsec = static_cast<long>((plan.timeout_ms % 1000) * 1'000'000);
-  ::timerfd_settime(timer.get(), 0, &its, nullptr);
-
-  StdinForward input(std::move(ex.stdin_w));
-  bool ended = false;  // main process gone or sandbox killed
-  int out_r = ex.stdout_r.get(), err_r = ex.stderr_r.get();
-  while (out_r >= 0 || err_r >= 0 || !ended) {
-    pollfd fds[8] = {{out_r, POLLIN, 0},
-                     {err_r, POLLIN, 0},
-                     {ended ? -1 : input.read_fd(), POLLIN, 0},
-                     {ended ? -1 : sb.control_fd(), POLLIN, 0},
-                     {ended ? -1 : signal_fd, POLLIN, 0},
-                     {ended ? -1 : timer.get(), POLLIN, 0},
-                     {ended ? -1 : sb.pidfd(), POLLIN, 0},
-                     {ended ? -1 : input.write_fd(), POLLOUT, 0}};
-    if (::poll(fds, 8, -1) < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    if (fds[0].revents && !pump(out_r, out)) out_r = -1;
-    if (fds[1].revents && !pump(err_r, err)) err_r = -1;
-    if (fds[2].revents) input.on_readable();
-    if (fds[7].revents) input.on_writable();
-    auto stop = [&] {
-      ended = true;
-      input.close();
-      sb.kill();  // the rest of the tree dies with init; pipes reach EOF
-    };
-    if (fds[3].revents) {
-      auto ev = sb.next_event();
-      if (!ev) {
-        obs.failure = "the sandbox's init died";
-        stop();
-      } else if (ev->type() == agent::MessageType::exited && ev->body.at("id").to_number<uint64_t>() == ex.id) {
-        obs.wait_status = ev->body.at("status").to_number<int>();
-        stop();
-      }
-    }
-    if (fds[4].revents) {
+// Runs one exec to its end on `reactor`: streams output, forwards stdin, enforces the
+// timeout, stops on SIGTERM/SIGINT. Ends the exec's process tree when its main process
+// ends, so processes it left in the background cannot hold the output open.
+class Supervisor final : public runtime::ExecListener {
+ public:
+  Supervisor(asio::io_context& reactor, const RunOptions& o, const Plan& plan, SandboxOutput& out,
+             SandboxOutput& err, UniqueFd& signal_fd, RunObservation& obs)
+      : reactor_(reactor), o_(o), out_(out), err_(err), obs_(obs), timer_(reactor), signals_(reactor) {
+    timer_.expires_after(std::chrono::milliseconds(plan.timeout_ms));
+    timer_.async_wait([this](boost::system::error_code ec) {
+      if (ec || ended_) return;
+      obs_.timed_out = true;
+      stop();
+    });
+    signals_.assign(::fcntl(signal_fd.get(), F_DUPFD_CLOEXEC, 3));
+    signals_.async_wait(asio::posix::stream_descriptor::wait_read, [this](boost::system::error_code ec) {
+      if (ec || ended_) return;
       signalfd_siginfo si{};
-      if (::read(signal_fd, &si, sizeof si) == sizeof si) obs.runner_signal = static_cast<int>(si.ssi_signo);
+      if (::read(signals_.native_handle(), &si, sizeof si) == sizeof si)
+        obs_.runner_signal = static_cast<int>(si.ssi_signo);
       stop();
-    }
-    if (fds[5].revents) {
-      obs.timed_out = true;
-      stop();
-    }
-    if (fds[6].revents && !ended) {
-      obs.failure = "the sandbox's init died";
-      stop();
-    }
+    });
   }
-}
 
-// Removes run-<N> cgroups whose slot N no runner holds (ours is already clean-able).
-void reclaim_stale_runs(CgroupHost& cgroups, const UidSlot& own) {
-  auto names = cgroups.list();
-  if (!names) return;
-  for (const auto& name : *names) {
-    if (!name.starts_with("run-")) continue;
-    uint32_t index = 0;
-    auto [ptr, ec] = std::from_chars(name.data() + 4, name.data() + name.size(), index);
-    if (ec != std::errc() || ptr != name.data() + name.size() || index == own.index()) continue;
-    auto slot = UidSlot::try_acquire(index);
-    if (!slot || !*slot) continue;  // in use (or unknowable): not ours to touch
-    if (auto r = cgroups.remove_stale(name); !r)
-      std::fprintf(stderr, "cela: stale cgroup %s: %s\n", name.c_str(), r.error().message().c_str());
+  // Starts the command; false when it could not even be asked for (obs says why).
+  bool start(runtime::Instance& instance, const runtime::ProcessSpec& process) {
+    instance.attach(reactor_, [this](std::string) {
+      obs_.failure = "the sandbox's init died";
+      stop();
+    });
+    auto ex = instance.exec(process, *this);
+    if (!ex) {
+      obs_.failure = "cannot start the command (" + ex.error().context + ")";
+      obs_.failure_errno = ex.error().err;
+      return false;
+    }
+    exec_ = std::move(*ex);
+    started_at_ = Clock::now();
+    return true;
   }
-}
+
+  // Wall time from the request to start to the end of the command.
+  uint64_t duration_ms() const {
+    return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(ended_at_ - started_at_).count());
+  }
+
+  // The command's accounting (its own cgroup: where the kernel counts its OOM kills),
+  // once its processes are gone.
+  std::optional<runtime::Stats> stats() const {
+    if (!exec_) return std::nullopt;
+    auto st = exec_->stats();
+    return st ? std::optional(*st) : std::nullopt;
+  }
+
+  void on_started(pid_t) override { input_ = std::make_unique<StdinForward>(reactor_, *exec_); }
+  void on_start_failed(const runtime::StartFailure& f) override {
+    bool execve = f.step == runtime::ExecStep::execve;
+    obs_.failure = execve && f.err == ENOENT ? "command not found: " + o_.command[0]
+                   : execve                  ? "cannot execute " + o_.command[0]
+                                             : "cannot start the command (" + std::string(to_string(f.step)) + ")";
+    obs_.failure_errno = execve && f.err == ENOENT ? 0 : f.err;
+    obs_.failure_exit_code = execve ? (f.err == ENOENT ? kExitNotFound : kExitCannotExec) : kExitFailed;
+    streams_open_ = 0;  // no output will come
+    stop();
+  }
+  void on_output(runtime::Stream stream, std::string_view data) override {
+    (stream == runtime::Stream::stdout_stream ? out_ : err_).write(data);
+  }
+  void on_output_end(runtime::Stream stream) override {
+    (stream == runtime::Stream::stdout_stream ? out_ : err_).finish();
+    if (streams_open_ > 0) --streams_open_;
+    finish_if_done();
+  }
+  void on_exited(int wait_status) override {
+    obs_.wait_status = wait_status;
+    stop();
+  }
+
+ private:
+  // The command's end, for whatever reason: nothing more is forwarded, its processes
+  // are killed, and the run is over once both output streams have ended (or a grace
+  // period passed: the sandbox's teardown kills whatever still holds them).
+  void stop() {
+    if (ended_) return;
+    ended_ = true;
+    ended_at_ = Clock::now();
+    if (input_) input_->close();
+    if (exec_) (void)exec_->kill_tree();
+    timer_.cancel();
+    boost::system::error_code ignored;
+    signals_.close(ignored);
+    timer_.expires_after(std::chrono::seconds(5));
+    timer_.async_wait([this](boost::system::error_code ec) {
+      if (!ec) reactor_.stop();
+    });
+    finish_if_done();
+  }
+
+  void finish_if_done() {
+    if (ended_ && streams_open_ == 0) reactor_.stop();
+  }
+
+  asio::io_context& reactor_;
+  const RunOptions& o_;
+  SandboxOutput &out_, &err_;
+  RunObservation& obs_;
+  asio::steady_timer timer_;
+  asio::posix::stream_descriptor signals_;
+  // The exec goes first: its stdin queue's completions, run as it is dropped, still
+  // find the forwarder.
+  std::unique_ptr<StdinForward> input_;
+  std::unique_ptr<runtime::Exec> exec_;
+  int streams_open_ = 2;
+  bool ended_ = false;
+  Clock::time_point started_at_ = Clock::now(), ended_at_ = started_at_;
+};
 
 int run(const RunOptions& o) {
   auto say = [&](const std::string& line) { std::fprintf(stderr, "cela: %s\n", line.c_str()); };
@@ -296,57 +388,38 @@ int run(const RunOptions& o) {
   obs.timeout_ms = plan->timeout_ms;
   obs.limits = plan->spec.limits;
   RunResult result;
-  Clock::time_point started;
-  Clock::time_point ended;
   {
     auto fatal = [&](const Error& e) {
       obs.failure = e.context;
       obs.failure_errno = e.err;
     };
-    auto seccomp = cached_seccomp_program();
-    auto slot = seccomp ? UidSlot::acquire() : std::unexpected(seccomp.error());
-    auto mode = slot ? detect_cgroup_mode() : std::unexpected(slot.error());
-    auto cgroups = mode ? open_cgroup_host(*mode) : std::unexpected(mode.error());
-    std::unique_ptr<Sandbox> sb;
-    if (!cgroups) {
-      fatal(cgroups.error());
+    // The sandbox is named after this runner; its start claims a host uid slot.
+    plan->spec.name = own_run_name();
+    plan->spec.hostname = "cela-run";
+    asio::io_context reactor;
+    std::unique_ptr<runtime::Instance> instance;
+    auto backend = runtime::open_jail_backend({});
+    if (!backend) {
+      fatal(backend.error());
     } else {
-      plan->spec.name = "run-" + std::to_string(slot->index());
-      plan->spec.hostname = "cela-" + std::to_string(slot->index());
-      plan->spec.host_uid_base = slot->host_base();
-      // Runners killed before they could clean up leave their cgroup behind; whoever
-      // can lock the dead runner's slot removes it.
-      reclaim_stale_runs(**cgroups, *slot);
-      if (auto r = (*cgroups)->remove_stale(plan->spec.name); !r) fatal(r.error());
-      else if (auto s = Sandbox::start(plan->spec, **cgroups, *seccomp); !s) fatal(s.error());
-      else sb = std::move(*s);
+      reclaim_stale_runs(**backend, plan->spec.name);
+      if (auto s = (*backend)->start(plan->spec); !s) fatal(s.error());
+      else instance = std::move(*s);
     }
-    if (sb) {
-      started = Clock::now();
-      auto ex = sb->exec(plan->exec);
-      if (!ex) {
-        const Error& e = ex.error();
-        obs.failure = e.err == ENOENT && e.context == "execve" ? "command not found: " + o.command[0]
-                      : e.context == "execve"                   ? "cannot execute " + o.command[0]
-                                                                : "cannot start the command (" + e.context + ")";
-        obs.failure_errno = e.context == "execve" && e.err == ENOENT ? 0 : e.err;
-        obs.failure_exit_code = e.context == "execve" ? (e.err == ENOENT ? kExitNotFound : kExitCannotExec)
-                                                      : kExitFailed;
-      } else {
-        SandboxOutput out(out_fd, o.raw), err(err_fd, o.raw);
-        supervise(*sb, *ex, *plan, out, err, signal_fd.get(), obs);
+    uint64_t duration_ms = 0;
+    if (instance) {
+      SandboxOutput out(out_fd, o.raw), err(err_fd, o.raw);
+      {
+        Supervisor supervisor(reactor, o, *plan, out, err, signal_fd, obs);
+        if (supervisor.start(*instance, plan->process)) reactor.run();
+        duration_ms = supervisor.duration_ms();
+        if (auto st = supervisor.stats()) obs.stats = *st;
       }
-      ended = Clock::now();
-      // Stats are read after every process is gone and before the cgroup is removed.
-      sb->kill_and_reap();
-      if (auto st = sb->cgroup().stats(); st) obs.stats = *st;
-      auto report = sb->destroy();
-      if (!report) say("cleanup: " + report.error().message());
+      auto report = instance->destroy();
+      if (!report.error.empty()) say("cleanup: " + report.error);
     }
     result = classify(obs);
-    result.duration_ms = sb ? static_cast<uint64_t>(
-                                  std::chrono::duration_cast<std::chrono::milliseconds>(ended - started).count())
-                            : 0;
+    result.duration_ms = duration_ms;
   }
   if (o.json) {
     std::string text = boost::json::serialize(result.to_json()) + "\n";

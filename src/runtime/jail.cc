@@ -4,7 +4,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <algorithm>
 #include <cassert>
@@ -244,7 +246,21 @@ class JailInstance final : public Instance {
   }
 
   Result<jail::CgroupStats> stats() const override { return sandbox_->cgroup().stats(); }
-  Result<void> freeze(bool frozen) override { return sandbox_->cgroup().freeze(frozen); }
+  void freeze(bool frozen, std::function<void(Result<void>)> done) override {
+    assert(reactor_ && "attach() first");
+    auto answer = [this, done = std::move(done)](Result<void> r) {
+      asio::post(*reactor_, [alive = alive_, done, r = std::move(r)] {
+        if (*alive) done(r);
+      });
+    };
+    if (destroyed_ || dead_) return answer(fail(ErrorCode::gone, "the sandbox has ended"));
+    if (freeze_timer_) return answer(fail(ErrorCode::conflict, "a freeze or thaw is already in progress"));
+    if (auto r = sandbox_->cgroup().request_freeze(frozen); !r) return answer(r);
+    frozen_ = frozen;
+    freeze_timer_ = std::make_unique<asio::steady_timer>(*reactor_);
+    poll_freeze(frozen, Clock::now(), std::chrono::microseconds(20), std::move(answer));
+  }
+  bool frozen() const override { return frozen_; }
   Result<UniqueFd> open_root() const override {
     std::string root = "/proc/" + std::to_string(sandbox_->init_pid()) + "/root";
     UniqueFd fd(::open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
@@ -276,7 +292,15 @@ class JailInstance final : public Instance {
     destroyed_ = true;
     control_.reset();
     pidfd_.reset();
+    if (freeze_timer_) freeze_timer_->cancel();
     if (auto st = sandbox_->cgroup().stats(); st) teardown_.processes_killed = st->pids_current;
+    if (frozen_) {
+      // Frozen tasks take a SIGKILL only once thawed, and the reap below waits for init:
+      // kill first (nothing runs sandbox code in between), then thaw.
+      (void)sandbox_->cgroup().kill_all();
+      (void)sandbox_->cgroup().request_freeze(false);
+      frozen_ = false;
+    }
     // Per-exec cgroups are children of the sandbox's: it removes them first.
     for (auto& [id, e] : execs_) e.exec->forget_cgroup();
     auto report = sandbox_->destroy();
@@ -319,6 +343,40 @@ class JailInstance final : public Instance {
     ExecListener* listener;
     bool start_failed = false;
   };
+
+  using Clock = std::chrono::steady_clock;
+
+  // Reads the freezer's state; until it reports `frozen`, again after `wait` (doubled
+  // each time, at most 2 ms: a few tasks settle within microseconds, a busy tree
+  // within a few ms). A freeze still not settled after jail::kFreezeTimeout is thawed.
+  void poll_freeze(bool frozen, Clock::time_point began, std::chrono::microseconds wait,
+                   std::function<void(Result<void>)> answer) {
+    auto settled = sandbox_->cgroup().freeze_settled(frozen);
+    bool late = Clock::now() - began > jail::kFreezeTimeout;
+    if (!settled || *settled || late) {
+      freeze_timer_.reset();
+      if (settled && *settled) return answer({});
+      if (frozen) {
+        (void)sandbox_->cgroup().request_freeze(false);
+        frozen_ = false;
+      }
+      if (!settled) return answer(std::unexpected(settled.error()));
+      return answer(fail(ErrorCode::system, std::string(frozen ? "freezing" : "thawing") +
+                                                " the sandbox did not settle within " +
+                                                std::to_string(jail::kFreezeTimeout.count()) + " ms"));
+    }
+    freeze_timer_->expires_after(wait);
+    freeze_timer_->async_wait([this, alive = alive_, frozen, began, wait, answer = std::move(answer)](
+                                  boost::system::error_code ec) mutable {
+      if (!*alive) return;
+      if (ec || destroyed_) {
+        freeze_timer_.reset();
+        return answer(fail(ErrorCode::gone, "the sandbox has ended"));
+      }
+      poll_freeze(frozen, began, std::min<std::chrono::microseconds>(wait * 2, std::chrono::milliseconds(2)),
+                  std::move(answer));
+    });
+  }
 
   void arm_control() {
     if (!control_) return;
@@ -376,6 +434,8 @@ class JailInstance final : public Instance {
   std::map<uint64_t, Entry> execs_;
   uint64_t next_id_ = 1;
   bool destroyed_ = false, dead_ = false;
+  bool frozen_ = false;                                // as last requested
+  std::unique_ptr<asio::steady_timer> freeze_timer_;  // while a freeze or thaw settles
   Teardown teardown_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
@@ -410,6 +470,13 @@ class JailBackend final : public Backend {
   }
 
   Result<void> remove_stale(const std::string& name) override { return cgroups_->remove_stale(name); }
+  Result<std::vector<std::string>> names() const override { return cgroups_->list(); }
+  std::vector<std::string> notes() const override {
+    std::vector<std::string> notes;
+    if (!jail::can_protect_init_from_oom())
+      notes.push_back("no CAP_SYS_RESOURCE: session inits keep cela's OOM score (only execs go first)");
+    return notes;
+  }
 
  private:
   std::unique_ptr<jail::CgroupHost> cgroups_;
@@ -450,8 +517,6 @@ Result<std::unique_ptr<Backend>> open_jail_backend(const JailOptions& options) {
   // The one sealed copy of cela every session's init runs from, made before the first
   // session needs it (and a failure to make it is a failure to start).
   if (auto image = jail::sealed_init_image(); !image) return std::unexpected(image.error());
-  if (!jail::can_protect_init_from_oom())
-    std::fprintf(stderr, "cela: no CAP_SYS_RESOURCE: session inits keep cela's OOM score (only execs go first)\n");
   return std::unique_ptr<Backend>(new JailBackend(std::move(*host), std::move(*seccomp), options));
 }
 

@@ -156,8 +156,15 @@ class Instance {
   // Starts a process; the listener must outlive the Exec.
   virtual Result<std::unique_ptr<Exec>> exec(const ProcessSpec& spec, ExecListener& listener) = 0;
   virtual Result<jail::CgroupStats> stats() const = 0;
-  // Freezes (true) or thaws (false) every process of the sandbox.
-  virtual Result<void> freeze(bool frozen) = 0;
+  // Freezes (true) or thaws (false) every process of the sandbox without blocking the
+  // reactor: the new state is requested now and `done` runs later on the reactor, once
+  // the kernel reports it (the freezer acts asynchronously; this polls on a timer), or
+  // with an error after jail::kFreezeTimeout (a freeze that does not settle is thawed
+  // again). One change at a time: a call while one is in flight gets conflict. A frozen
+  // sandbox keeps its memory and files and uses no CPU; destroy() ends it as usual.
+  virtual void freeze(bool frozen, std::function<void(Result<void>)> done) = 0;
+  // The state last requested (true from the freeze request until a thaw is requested).
+  virtual bool frozen() const = 0;
   // The sandbox's root directory, opened O_PATH from the host (files API, snapshots).
   virtual Result<UniqueFd> open_root() const = 0;
   // The writable layer (the overlay's upper dir) as a directory fd, for snapshots.
@@ -188,6 +195,11 @@ class Backend {
   virtual Result<std::unique_ptr<Instance>> start(const InstanceSpec& spec) = 0;
   // Removes what an instance named `name` left behind when its daemon died.
   virtual Result<void> remove_stale(const std::string& name) = 0;
+  // Names of the instances whose resources exist on this host: live ones (of any
+  // daemon or runner) and leftovers. Whoever named them decides which are stale.
+  virtual Result<std::vector<std::string>> names() const = 0;
+  // What this host cannot give sandboxes, one line each, for the operator's log.
+  virtual std::vector<std::string> notes() const = 0;
 };
 
 }  // namespace cela::runtime

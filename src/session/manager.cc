@@ -71,6 +71,7 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(const DaemonConfig&
   auto backend = runtime::open_jail_backend(options);
   if (!backend) return std::unexpected(backend.error());
   m->backend_ = std::move(*backend);
+  for (const auto& note : m->backend_->notes()) std::fprintf(stderr, "cela: %s\n", note.c_str());
   if (auto r = m->open_egress(); !r) return std::unexpected(r.error());
   auto capacity = HostCapacity::measure(config.admission);
   if (!capacity) return std::unexpected(capacity.error());

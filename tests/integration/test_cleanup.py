@@ -39,15 +39,15 @@ def test_sigint_to_runner_kills_the_sandbox(background):
     assert not sandbox_pids()
 
 
-def test_sigkill_of_runner_kills_sandbox_and_next_run_reclaims_the_slot(background):
+def test_sigkill_of_runner_kills_sandbox_and_next_run_reclaims_its_cgroup(background):
     p = background(["sh", "-c", "sleep 1000 & sleep 1000"])
     assert wait_until(lambda: len(sandbox_pids()) >= 3, 10)
     p.kill()  # no chance to clean up
     p.wait(10)
     # init dies with its parent (PDEATHSIG) and takes the namespace with it ...
     assert wait_until(lambda: not sandbox_pids(), 5)
-    # ... but the cgroup is left until the slot is used again.
-    assert cela_cgroups(), "expected the killed runner's cgroup to remain until reuse"
+    # ... but the cgroup is left until the next runner sees its runner is gone.
+    assert cela_cgroups(), "expected the killed runner's cgroup to remain until the next run"
     q = run(["true"])
     assert q.returncode == 0, q.stderr
     assert not cela_cgroups()
