@@ -40,6 +40,8 @@ void answer_blocking(RouteContext& ctx, Responder& res, int status,
 ApiResult<void> require_admin(const Request& req);
 ApiResult<void> require_host_admin(const Request& req);
 ApiResult<void> require_admin_of(const Request& req, std::string_view tenant_id);
+// `?limit=` (1..1000, default 100) and `?cursor=` of a paged list.
+ApiResult<store::PageRequest> page_of(const Request& request);
 // Routes that take raw uploads (files, archives, stdin): the larger body limit.
 RouteOptions upload_options(const RouteContext& ctx);
 

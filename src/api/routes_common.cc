@@ -1,6 +1,7 @@
 // Helpers shared by the route files (routes.h), and add_api_routes: every resource's
 // routes registered in one place.
 #include <boost/json.hpp>
+#include <charconv>
 
 #include "api/responder.h"
 #include "api/routes.h"
@@ -30,6 +31,17 @@ ApiResult<void> require_admin_of(const Request& req, std::string_view tenant_id)
   if (auto ok = require_admin(req); !ok) return ok;
   if (req.principal->host_admin || req.principal->tenant_id == tenant_id) return {};
   return api_fail(ApiError::not_found("no tenant " + std::string(tenant_id)));
+}
+
+ApiResult<store::PageRequest> page_of(const Request& req) {
+  store::PageRequest page;
+  if (auto l = req.query_value("limit")) {
+    auto [p, ec] = std::from_chars(l->data(), l->data() + l->size(), page.limit);
+    if (ec != std::errc() || p != l->data() + l->size() || page.limit < 1 || page.limit > 1000)
+      return api_fail(ApiError::invalid_request("query `limit` must be 1..1000"));
+  }
+  if (auto c = req.query_value("cursor")) page.cursor = std::string(*c);
+  return page;
 }
 
 RouteOptions upload_options(const RouteContext& ctx) {

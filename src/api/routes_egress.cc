@@ -1,7 +1,6 @@
 // Egress (API.md "Network (egress)"): GET /v1/sessions/{id}/egress, the records of
 // every attempt through the session's door (session/egress.h writes them).
 #include <boost/json.hpp>
-#include <charconv>
 
 #include "api/json_body.h"
 #include "api/responder.h"
@@ -45,15 +44,10 @@ void add_egress_routes(RouteContext& ctx) {
   Router& r = ctx.server.router();
   auto& mgr = ctx.sessions;
   r.add(verb::get, "/v1/sessions/{id}/egress", docs::session_egress, [&](Request& req, Responder& res) {
-    store::PageRequest page;
-    if (auto l = req.query_value("limit")) {
-      auto [p, ec] = std::from_chars(l->data(), l->data() + l->size(), page.limit);
-      if (ec != std::errc() || p != l->data() + l->size() || page.limit < 1 || page.limit > 1000)
-        return res.error(ApiError::invalid_request("query `limit` must be 1..1000"));
-    }
-    if (auto c = req.query_value("cursor")) page.cursor = std::string(*c);
+    auto page = page_of(req);
+    if (!page) return res.error(page.error());
     std::string id(req.param("id"));
-    answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), id, page]() -> ApiResult<json::value> {
+    answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), id, page = *page]() -> ApiResult<json::value> {
       auto got = mgr.egress_records(caller, id, page);
       if (!got) return std::unexpected(from_error(got.error()).with_session(id));
       json::array items;
