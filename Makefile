@@ -53,6 +53,7 @@ serve: build base-template
 bench: build
 	/usr/bin/python3 bench/spawn.py --cela $(BUILD_DIR)/cela
 	/usr/bin/python3 bench/daemon.py --cela $(BUILD_DIR)/cela
+	/usr/bin/python3 bench/redaction.py --bench $(BUILD_DIR)/bench/cela_redaction_bench
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

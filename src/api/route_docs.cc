@@ -111,8 +111,11 @@ const RouteDoc create_session{
     .tag = "sessions",
     .summary = "Create a session; answers once its init is up and can run code",
     .description =
-        "Asking for network other than {\"mode\": \"none\"}, packages other than off, secrets or "
-        "volumes answers policy_denied until those features land. A dev-only template (`host`) answers "
+        "Asking for network other than {\"mode\": \"none\"}, packages other than off, or "
+        "volumes answers policy_denied until those features land. `secrets` grants tenant secrets (an unknown "
+        "name is not_found): env mode for execs started while the grant lives, file mode as /run/secrets/NAME "
+        "(0400, the sandbox user's, on a tmpfs of its own); every form of a granted value is redacted. "
+        "`files` narrows the tenant's file policy (policy_denied when it would widen it). A dev-only template (`host`) answers "
         "forbidden unless the daemon runs in dev mode and the caller is local root on the unix socket. "
         "capacity_exceeded (503) also when the "
         "memory, pids or open files granted to live sessions plus this one would pass what the host has "
@@ -307,24 +310,30 @@ const RouteDoc write_file{
         "The body is streamed into the session and charged to it (its disk and memory "
         "limits apply). A Content-Length over the upload limit or over what the session has "
         "free is answered 413 before the body is read (without 100 Continue when the client "
-        "sent Expect: 100-continue). A write that runs out of room is 413 and leaves no file.",
+        "sent Expect: 100-continue). A write that runs out of room is 413 and leaves no file. "
+        "policy_denied outside the session's writable paths (`files.writable`); forbidden where the "
+        "sandbox user may not write (the directory's permissions, a sticky directory).",
     .params = {session_id(), file_path("the file to write"), file_path_b64(),
                query_param("mode", string_schema("octal, e.g. 0644 (at most 07777)"),
                            "permission bits"),
                query_flag("parents", "create missing parent directories")},
     .body = {raw_body("application/octet-stream", "the file's bytes")},
     .responses = {json_response(201, "written", ref("FileWritten"))},
-    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+    .errors = {"not_found", "gone", "forbidden", "policy_denied", "payload_too_large"},
 };
 
 const RouteDoc read_file{
     .operation_id = "readFile",
     .tag = "files",
     .summary = "Download a file",
+    .description = "Only from the session's exportable paths (`files.exportable`; a final symlink is not "
+                   "followed there) and up to `files.max_export_mb` (else policy_denied, 413). A file holding a "
+                   "granted secret is refused (policy_denied) or redacted per `files.scan_secrets`. Every "
+                   "download is recorded (path, size, sha256).",
     .params = {session_id(), file_path("the file to read"), file_path_b64()},
     .responses = {ResponseDoc{
         200, "the file's bytes", {ContentDoc{"application/octet-stream", binary()}}, {}}},
-    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+    .errors = {"not_found", "gone", "forbidden", "policy_denied", "payload_too_large"},
 };
 
 const RouteDoc stat_file{
@@ -340,7 +349,7 @@ const RouteDoc stat_file{
          HeaderDoc{"X-Cela-Mtime-Ms", "mtime, milliseconds since the epoch", integer_schema()},
          HeaderDoc{"X-Cela-Type", "file, dir, symlink or other",
                    enum_schema({"file", "dir", "symlink", "other"})}}}},
-    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+    .errors = {"not_found", "gone", "forbidden", "policy_denied", "payload_too_large"},
 };
 
 const RouteDoc delete_file{
@@ -350,7 +359,7 @@ const RouteDoc delete_file{
     .params = {session_id(), file_path("the path to delete"), file_path_b64(),
                query_flag("recursive", "delete a directory and everything in it")},
     .responses = {empty_response(204, "deleted")},
-    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+    .errors = {"not_found", "gone", "forbidden", "policy_denied", "payload_too_large"},
 };
 
 const RouteDoc list_dir{
@@ -362,7 +371,7 @@ const RouteDoc list_dir{
                query_param("depth", bounded(integer_schema(), 1, 64),
                            "levels to descend; default 1")},
     .responses = {json_response(200, "the entries", ref("DirListing"))},
-    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+    .errors = {"not_found", "gone", "forbidden", "policy_denied", "payload_too_large"},
 };
 
 const RouteDoc make_dir{
@@ -372,7 +381,7 @@ const RouteDoc make_dir{
     .params = {session_id()},
     .body = {json_body(ref("MkdirRequest"), true)},
     .responses = {json_response(201, "created", ref("PathResult"))},
-    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+    .errors = {"not_found", "gone", "forbidden", "policy_denied", "payload_too_large"},
 };
 
 const RouteDoc move_path{
@@ -382,7 +391,7 @@ const RouteDoc move_path{
     .params = {session_id()},
     .body = {json_body(ref("MoveRequest"), true)},
     .responses = {json_response(200, "moved", ref("MoveResult"))},
-    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+    .errors = {"not_found", "gone", "forbidden", "policy_denied", "payload_too_large"},
 };
 
 const RouteDoc export_archive{
@@ -395,7 +404,7 @@ const RouteDoc export_archive{
     .params = {session_id(), file_path("the directory to export"), file_path_b64()},
     .responses = {ResponseDoc{
         200, "a tar of the directory", {ContentDoc{"application/x-tar", binary()}}, {}}},
-    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+    .errors = {"not_found", "gone", "forbidden", "policy_denied", "payload_too_large"},
 };
 
 const RouteDoc import_archive{
@@ -408,7 +417,7 @@ const RouteDoc import_archive{
     .params = {session_id(), file_path("the directory to extract into"), file_path_b64()},
     .body = {raw_body("application/x-tar", "a tar archive")},
     .responses = {json_response(200, "extracted", ref("ArchiveImported"))},
-    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+    .errors = {"not_found", "gone", "forbidden", "policy_denied", "payload_too_large"},
 };
 
 }  // namespace cela::api::docs

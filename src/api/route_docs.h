@@ -93,5 +93,10 @@ extern const RouteDoc move_path;
 extern const RouteDoc export_archive;
 extern const RouteDoc import_archive;
 
+// route_docs_secrets.cc
+extern const RouteDoc put_secret;
+extern const RouteDoc list_secrets;
+extern const RouteDoc delete_secret;
+
 }  // namespace docs
 }  // namespace cela::api

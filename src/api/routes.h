@@ -20,6 +20,7 @@ void add_session_routes(RouteContext& ctx);
 void add_file_routes(RouteContext& ctx);
 void add_admin_routes(RouteContext& ctx);
 void add_egress_routes(RouteContext& ctx);
+void add_secret_routes(RouteContext& ctx);  // routes_secrets.cc
 // All of the above, in the daemon's order: the one table served and described by
 // GET /v1/openapi.json (cela serve, the OpenAPI tests).
 void add_api_routes(RouteContext& ctx);

@@ -13,6 +13,7 @@ void add_api_routes(RouteContext& ctx) {
   add_session_routes(ctx);
   add_file_routes(ctx);
   add_egress_routes(ctx);
+  add_secret_routes(ctx);
 }
 
 ApiResult<void> require_admin(const Request& req) {

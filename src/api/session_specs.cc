@@ -6,6 +6,8 @@
 #include <cstdio>
 
 #include "api/json_body.h"
+#include "session/file_policy.h"
+#include "session/secrets.h"
 
 namespace cela::api {
 namespace json = boost::json;
@@ -44,13 +46,71 @@ Result<std::vector<std::string>> env_of(const JsonFields& f) {
   return out;
 }
 
+// `secrets: [{name, as, env, path, ttl_s}]` (API.md "Secrets").
+Result<std::vector<session::SecretGrantSpec>> parse_secret_grants(const JsonFields& f, uint64_t max_ttl) {
+  std::vector<session::SecretGrantSpec> out;
+  auto list = f.array("secrets");
+  if (!list) return std::unexpected(list.error());
+  if (!*list) return out;
+  if ((*list)->size() > 64) return std::unexpected(f.invalid("secrets", "at most 64 grants"));
+  for (const auto& v : **list) {
+    if (!v.is_object()) return std::unexpected(f.invalid("secrets", "must be an array of objects"));
+    JsonFields g(v.get_object(), "secrets[]");
+    if (auto ok = g.only({"name", "as", "env", "path", "ttl_s"}); !ok) return std::unexpected(ok.error());
+    session::SecretGrantSpec grant;
+    auto name = g.require_string("name");
+    if (!name) return std::unexpected(name.error());
+    if (auto ok = session::check_secret_name(*name); !ok) return std::unexpected(ok.error());
+    grant.name = *name;
+    auto as = g.string("as");
+    if (!as) return std::unexpected(as.error());
+    std::string mode = as->value_or("env");
+    if (mode != "env" && mode != "file") return std::unexpected(g.invalid("as", "must be \"env\" or \"file\""));
+    grant.as_file = mode == "file";
+    auto env = g.string("env");
+    if (!env) return std::unexpected(env.error());
+    auto path = g.string("path");
+    if (!path) return std::unexpected(path.error());
+    if (grant.as_file) {
+      if (*env) return std::unexpected(g.invalid("env", "is for grants with \"as\": \"env\""));
+      std::string p = path->value_or(std::string(session::kSecretsDir) + "/" + grant.name);
+      std::string prefix = std::string(session::kSecretsDir) + "/";
+      std::string file = p.starts_with(prefix) ? p.substr(prefix.size()) : "";
+      if (file.empty() || file.find('/') != std::string::npos || file == "." || file == ".." ||
+          file.find('\0') != std::string::npos || file.size() > 255)
+        return std::unexpected(g.invalid("path", "must be a file directly in /run/secrets"));
+      grant.path = p;
+    } else {
+      if (*path) return std::unexpected(g.invalid("path", "is for grants with \"as\": \"file\""));
+      grant.env = env->value_or(grant.name);
+      if (grant.env.empty() || grant.env.find('=') != std::string::npos ||
+          grant.env.find('\0') != std::string::npos)
+        return std::unexpected(g.invalid("env", "must be a variable name"));
+    }
+    auto ttl = g.integer("ttl_s");
+    if (!ttl) return std::unexpected(ttl.error());
+    if (*ttl) {
+      if (**ttl < 1 || static_cast<uint64_t>(**ttl) > max_ttl)
+        return std::unexpected(g.invalid("ttl_s", "must be 1.." + std::to_string(max_ttl)));
+      grant.ttl_s = static_cast<uint64_t>(**ttl);
+    }
+    for (const auto& other : out)
+      if ((grant.as_file && other.as_file && other.path == grant.path) ||
+          (!grant.as_file && !other.as_file && other.env == grant.env))
+        return std::unexpected(f.invalid("secrets", "grants twice to the same " +
+                                                        std::string(grant.as_file ? "path" : "variable")));
+    out.push_back(std::move(grant));
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<session::CreateSessionSpec> parse_create_session(const json::object& body,
                                                            const session::DaemonConfig& c) {
   JsonFields f(body);
   if (auto ok = f.only({"template", "limits", "env", "secrets", "network", "packages", "volumes", "metadata", "pool",
-                        "allow_sudo"});
+                        "allow_sudo", "files"});
       !ok)
     return std::unexpected(ok.error());
   session::CreateSessionSpec s;
@@ -128,11 +188,19 @@ Result<session::CreateSessionSpec> parse_create_session(const json::object& body
     if (*mode && **mode != "off")
       return std::unexpected(Error{ErrorCode::policy_denied, 0, "package mode other than `off` is not available on this server"});
   }
-  for (const char* k : {"secrets", "volumes"}) {
-    auto a = f.array(k);
-    if (!a) return std::unexpected(a.error());
-    if (*a && !(*a)->empty())
-      return std::unexpected(Error{ErrorCode::policy_denied, 0, std::string(k) + " are not available on this server"});
+  auto volumes = f.array("volumes");
+  if (!volumes) return std::unexpected(volumes.error());
+  if (*volumes && !(*volumes)->empty())
+    return std::unexpected(Error{ErrorCode::policy_denied, 0, "volumes are not available on this server"});
+  auto grants = parse_secret_grants(f, c.maxima.ttl_s);
+  if (!grants) return std::unexpected(grants.error());
+  s.secrets = std::move(*grants);
+  auto files = f.object("files");
+  if (!files) return std::unexpected(files.error());
+  if (*files) {
+    auto policy = session::parse_file_policy(**files, c.files, /*narrow=*/true);
+    if (!policy) return std::unexpected(policy.error());
+    s.files = std::move(*policy);
   }
   return s;
 }

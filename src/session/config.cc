@@ -3,6 +3,8 @@
 // `maxima.cpus` must be a number").
 #include "session/config.h"
 
+#include "session/file_policy.h"
+
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -93,7 +95,7 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   ONLY(f, "state_dir", "templates_dir", "socket", "listen", "default_template", "max_sessions", "output_cap_bytes",
        "max_body_bytes", "max_upload_bytes", "http_threads", "blocking_threads", "defaults", "maxima", "tenant_quotas",
        "output_retention", "stdin_timeout_s", "uid_slots", "launcher_threads", "exec_nofile", "connections",
-       "session_budgets", "block_io", "admission", "dev_mode", "egress");
+       "session_budgets", "block_io", "admission", "dev_mode", "egress", "files");
   TAKE(f, "state_dir", c.state_dir);
   TAKE(f, "templates_dir", c.templates_dir);
   TAKE(f, "socket", c.socket_path);
@@ -150,6 +152,15 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
     TAKE(s, "max_sessions", c.quotas.max_sessions);
     TAKE(s, "max_memory_mb", c.quotas.max_memory_mb);
     TAKE(s, "max_cpus", c.quotas.max_cpus);
+  }
+  auto files = section("files");
+  if (!files) return std::unexpected(files.error());
+  if (*files) {
+    auto p = parse_file_policy(**files, c.files, /*narrow=*/false);
+    if (!p) return config_error(p.error());
+    c.files = std::move(*p);
+  } else {
+    c.files.max_upload_bytes = c.max_upload_bytes;
   }
   auto ret = section("output_retention");
   if (!ret) return std::unexpected(ret.error());

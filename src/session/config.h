@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "net/egress_proxy.h"
+#include "session/types.h"
 
 namespace cela::session {
 
@@ -123,6 +124,9 @@ struct DaemonConfig {
   ConnectionConfig connections;
   // The egress proxy (docs/operations.md "Egress").
   net::EgressConfig egress;
+  // Tenant defaults of every session's file policy (`files`: API.md "File policy");
+  // a create may narrow them.
+  FilePolicy files;
 
   // Reads a JSON config file over the defaults.
   static Result<DaemonConfig> load(const std::string& path);

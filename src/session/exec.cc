@@ -75,6 +75,11 @@ void SessionManager::start_exec(const Caller& caller, const std::string& session
     if (!found) return done(std::unexpected(found.error()));
     std::shared_ptr<Session> session = *found;
     Session& s = *session;
+    // Errors a client sees never hold a granted value.
+    done = [r = s.redactions, done = std::move(done)](Result<ExecRecord> x) {
+      if (!x) return done(std::unexpected(redact_error(r.get(), std::move(x.error()))));
+      done(std::move(x));
+    };
     // The session's exec_timeout_s is a ceiling: an exec may ask for less, never more.
     uint64_t ceiling_ms = s.limits.exec_timeout_s * 1000;
     uint64_t timeout_ms = spec.timeout_ms.value_or(ceiling_ms);
@@ -87,11 +92,20 @@ void SessionManager::start_exec(const Caller& caller, const std::string& session
     in.user = spec.user;
     in.cwd = spec.cwd;
     in.base_env = s.env;
+    // Env grants reach execs started while the grant lives (after the session's env: a
+    // grant is not shadowed by it).
+    for (const auto& g : s.secrets)
+      if (g.live && !g.spec.as_file) in.base_env.push_back(g.spec.env + "=" + g.value.view());
+    auto wipe_env = [&](std::vector<std::string>& env) {
+      if (s.secrets.empty()) return;
+      for (auto& kv : env) wipe_string(kv);
+    };
     in.env = spec.env;
     in.allow_sudo = s.allow_sudo;
     in.fsize_bytes = s.limits.disk_mb << 20;
     in.nofile = config_.exec_nofile;
     auto process = process_spec(s.tmpl.user, in);
+    wipe_env(in.base_env);
     if (!process) return done(std::unexpected(process.error()));
 
     auto e = std::make_shared<ExecState>(*this, s);
@@ -99,21 +113,25 @@ void SessionManager::start_exec(const Caller& caller, const std::string& session
     r.id = store::new_id("e");
     r.session_id = session_id;
     r.tenant_id = caller.tenant_id;
-    r.argv = spec.argv;
-    r.cmd = spec.cmd;
+    auto shown = [&](const std::string& text) { return s.redactions ? s.redactions->redact(text) : text; };
+    for (const auto& a : spec.argv) r.argv.push_back(shown(a));
+    r.cmd = shown(spec.cmd);
     r.user = spec.user == ExecUser::root ? "root" : "user";
-    r.cwd = process->cwd;
+    r.cwd = shown(process->cwd);
     r.started_at = store::now_rfc3339();
     e->timeout_ms = timeout_ms;
     e->observed.timeout_ms = timeout_ms;
-    e->observed.command = spec.argv.empty() ? spec.cmd : spec.argv[0];
+    e->observed.command = r.argv.empty() ? r.cmd : r.argv[0];
     e->observed.limits = {s.limits.memory_mb << 20, s.limits.cpus, s.limits.pids};
     e->pending_stdin = std::move(spec.stdin_text);
     e->close_stdin_after = !spec.stdin_open;
     // Recorded first: an exec the store cannot take is never started.
     if (auto ins = store_.insert_exec(r); !ins) return done(std::unexpected(ins.error()));
-    e->output = std::make_unique<OutputPipeline>(reactor_, output_dir_, r.id, config_.output_cap_bytes);
+    std::shared_ptr<OutputFilter> filter;
+    if (s.redactions && !s.redactions->empty()) filter = std::make_shared<RedactingFilter>(s.redactions);
+    e->output = std::make_unique<OutputPipeline>(reactor_, output_dir_, r.id, config_.output_cap_bytes, filter);
     auto started = s.instance->exec(*process, *e);
+    wipe_env(process->env);
     if (!started) {
       e->observed.start_failure = runtime::StartFailure{runtime::ExecStep::request, started.error().err};
       s.execs[r.id] = e;
@@ -184,7 +202,10 @@ void SessionManager::exec_finished(ExecState& e) {
     if (auto st = e.exec->stats(); st) e.observed.stats = *st;
   }
   ExecRecord& r = e.record;
+  // What the redactor held back (a possible prefix of a secret) is kept now.
+  e.output->flush_filter();
   classify_exec(e.observed, r);
+  if (e.session.redactions) r.reason = e.session.redactions->redact(r.reason);
   r.ended_at = store::now_rfc3339();
   r.duration_ms = e.started ? std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - e.started_at).count()
                             : 0;

@@ -19,6 +19,7 @@
 #include "common/nofile.h"
 #include "runtime/jail.h"
 #include "session/exec_env.h"
+#include "session/file_policy.h"
 #include "session/state.h"
 
 namespace cela::session {
@@ -203,6 +204,8 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
   session->env.insert(session->env.end(), spec.env.begin(), spec.env.end());
   session->allow_sudo = sudo_allowed(*tmpl, spec.allow_sudo);
   session->expires = Clock::now() + std::chrono::seconds(spec.limits.ttl_s);
+  session->files = spec.files.value_or(config_.files);
+  if (auto g = resolve_grants(caller, *session, spec.secrets); !g) return give_back(g.error());
   session->last_activity = Clock::now();
   SessionRecord& r = session->record;
   r.id = store::new_id("s");
@@ -275,6 +278,10 @@ void SessionManager::booted(std::shared_ptr<Session> session, Result<std::unique
   r.state = std::string(store::session_state::ready);
   r.ready_at = store::now_rfc3339();
   if (auto u = store_.update_session(r); !u) return failed(u.error(), "start_failed", u.error().message());
+  if (auto g = install_grants(session); !g) {
+    end_grants(*session, "start_failed");
+    return failed(g.error(), "start_failed", g.error().message());
+  }
   std::weak_ptr<Session> weak = session;
   session->instance->attach(reactor_, [this, weak](std::string why) {
     if (auto s = weak.lock()) terminate(s, "failed", "init_died", why);
@@ -304,6 +311,8 @@ void SessionManager::terminate(const std::shared_ptr<Session>& session, std::str
   }
   session->timer.reset();
   if (session->door) egress_->close_door(session->record.id);
+  // Before the sandbox goes: its secret files are overwritten, then removed.
+  uint64_t secrets_wiped = end_grants(*session, reason);
   runtime::Teardown teardown;
   if (session->instance) teardown = session->instance->destroy();
   for (auto& [id, e] : session->execs) e->exec.reset();
@@ -313,6 +322,7 @@ void SessionManager::terminate(const std::shared_ptr<Session>& session, std::str
   cleanup.cgroup_removed = teardown.cgroup_removed;
   cleanup.mounts_removed = true;  // they lived only in the session's mount namespace
   cleanup.upper_dir_freed = true;
+  cleanup.secrets_wiped = secrets_wiped;
   cleanup.error = teardown.error;
   SessionRecord& r = session->record;
   r.state = std::move(state);
@@ -470,6 +480,8 @@ Result<SessionManager::FsView> SessionManager::fs_view(const Caller& caller, con
     view.gid = s.instance->host_id(s.tmpl.user.gid);
     view.inside_uid = s.tmpl.user.uid;
     view.inside_gid = s.tmpl.user.gid;
+    view.files = s.files;
+    view.redactions = s.redactions;
     if (for_upload) {
       if (!s.writers) {
         auto writers = s.instance->writer_launcher();
@@ -497,7 +509,13 @@ FsLimits SessionManager::fs_limits() const {
 Result<std::shared_ptr<SessionFs>> SessionManager::files(const Caller& caller, const std::string& session_id) {
   auto view = fs_view(caller, session_id, false);
   if (!view) return std::unexpected(view.error());
-  return std::make_shared<SessionFs>(std::move(view->root), view->uid, view->gid, fs_limits());
+  FsLimits limits = fs_limits();
+  limits.max_file_bytes = view->files.max_export_bytes;
+  limits.max_archive_bytes = view->files.max_export_bytes;
+  auto fs = std::make_shared<SessionFs>(std::move(view->root), view->uid, view->gid, limits,
+                                        policy_roots(view->files.writable));
+  apply_file_policy(*fs, *view);
+  return fs;
 }
 
 Result<void> SessionManager::check_declared(const FsView& view, std::optional<uint64_t> declared) const {
@@ -520,8 +538,15 @@ Result<std::unique_ptr<Upload>> SessionManager::open_upload(const Caller& caller
     return fail(ErrorCode::limit, "file larger than " + std::to_string(config_.max_upload_bytes) + " bytes: " + path);
   auto view = fs_view(caller, session_id, true, declared_bytes);
   if (!view) return std::unexpected(view.error());
+  uint64_t cap = std::min(config_.max_upload_bytes, view->files.max_upload_bytes);
+  if (declared_bytes && *declared_bytes > cap)
+    return fail(ErrorCode::limit, "file larger than this session's upload limit of " + std::to_string(cap) +
+                                      " bytes: " + path);
   if (auto r = check_declared(*view, declared_bytes); !r) return std::unexpected(r.error());
-  SessionFs fs(std::move(view->root), view->uid, view->gid, fs_limits());
+  FsLimits limits = fs_limits();
+  limits.max_file_bytes = cap;
+  SessionFs fs(std::move(view->root), view->uid, view->gid, limits, policy_roots(view->files.writable));
+  apply_file_policy(fs, *view);
   auto file = fs.open_upload(path, options);
   if (!file) return std::unexpected(file.error());
   auto fd = file->hand_over();
@@ -538,16 +563,22 @@ Result<std::unique_ptr<ArchiveImport>> SessionManager::open_import(const Caller&
     return fail(ErrorCode::limit, "archive larger than " + std::to_string(config_.max_upload_bytes) + " bytes");
   auto view = fs_view(caller, session_id, true, declared_bytes);
   if (!view) return std::unexpected(view.error());
+  uint64_t cap = std::min(config_.max_upload_bytes, view->files.max_upload_bytes);
+  if (declared_bytes && *declared_bytes > cap)
+    return fail(ErrorCode::limit, "archive larger than this session's upload limit of " + std::to_string(cap) + " bytes");
   if (auto r = check_declared(*view, declared_bytes); !r) return std::unexpected(r.error());
   // A missing or wrong target is answered before the body.
   auto root = ::fcntl(view->root.get(), F_DUPFD_CLOEXEC, 3);
   if (root < 0) return sys_fail("dup the session root");
-  SessionFs fs(UniqueFd(root), view->uid, view->gid, fs_limits());
+  SessionFs fs(UniqueFd(root), view->uid, view->gid, fs_limits(), policy_roots(view->files.writable));
+  apply_file_policy(fs, *view);
+  if (auto w = fs.check_import_target(path); !w) return std::unexpected(w.error());
   auto st = fs.stat(path);
   if (!st) return std::unexpected(st.error());
   if (st->type != "dir" && st->type != "symlink")
     return fail(ErrorCode::invalid_argument, "not a directory: " + path);
   FsLimits limits = fs_limits();
+  limits.max_archive_bytes = cap;
   std::vector<std::string> args{kTarImportCommand,
                                 path,
                                 std::to_string(view->inside_uid),

@@ -38,12 +38,14 @@
 #include <thread>
 
 #include "common/error.h"
+#include "obs/redact.h"
 #include "rootfs/template.h"
 #include "runtime/runtime.h"
 #include "session/admission.h"
 #include "session/config.h"
 #include "session/egress.h"
 #include "session/output.h"
+#include "session/secrets.h"
 #include "session/tenants.h"
 #include "session/session_fs.h"
 #include "session/types.h"
@@ -127,6 +129,11 @@ class SessionManager {
   Result<std::unique_ptr<ArchiveImport>> open_import(const Caller& caller, const std::string& session_id,
                                                      const std::string& path, std::optional<uint64_t> declared_bytes);
 
+  // An export (download or archive) of a live session leaves a record: path, size,
+  // sha256 (the audit; session/audit_hook.h).
+  void record_export(const Caller& caller, const std::string& session_id, std::string_view kind,
+                     std::string_view path, uint64_t size, std::string_view sha256);
+
   int64_t live_sessions() const { return live_count_.load(); }
   // True when no create could be admitted now (readyz).
   bool full() const;
@@ -145,6 +152,8 @@ class SessionManager {
   Result<std::pair<std::vector<store::EgressRecord>, std::string>> egress_records(const Caller& caller,
                                                                                   const std::string& session_id,
                                                                                   const store::PageRequest& page);
+  // Tenant secrets, sealed at rest (any thread).
+  Secrets& secrets() { return secrets_; }
 
  private:
   friend struct ExecState;
@@ -163,6 +172,14 @@ class SessionManager {
                 Done<store::SessionRecord> done);
   void booted(std::shared_ptr<Session> session, Result<std::unique_ptr<runtime::Instance>> instance,
               Done<store::SessionRecord> done);
+
+  // Secret grants (grants.cc): opened at create (not_found for an unknown name),
+  // written once the sandbox is up, ended at their TTL and at teardown (file wiped,
+  // value wiped; true when it was live).
+  Result<void> resolve_grants(const Caller& caller, Session& s, const std::vector<SecretGrantSpec>& grants);
+  Result<void> install_grants(const std::shared_ptr<Session>& session);
+  bool end_grant(Session& s, size_t index, std::string_view why);
+  uint64_t end_grants(Session& s, std::string_view why);
 
   // Reactor-only lookups and transitions.
   Result<std::shared_ptr<Session>> find_live(const Caller& caller, const std::string& id);
@@ -184,6 +201,8 @@ class SessionManager {
     uint32_t inside_uid = 0, inside_gid = 0;  // the same, as the sandbox sees them
     uint64_t memory_limit = 0, memory_current = 0;     // uploads of kMemoryCheckBytes or more
     std::shared_ptr<runtime::WriterLauncher> writers;  // uploads only
+    FilePolicy files;                                  // the session's file policy
+    std::shared_ptr<const obs::Redactions> redactions;  // its granted secrets
   };
   // for_upload: also the writers, and the memory usage when `declared` is large enough
   // for it to matter (reading the cgroup's statistics costs more than a small upload).
@@ -198,6 +217,9 @@ class SessionManager {
   Result<void> egress_for(const Caller& caller, const CreateSessionSpec& spec, Session& session);
   Result<void> open_session_door(Session& session);
   Result<void> patch_network(Session& session, const PatchSpec& spec);
+  // The session's file policy applied to a view: writable roots, the sandbox user's
+  // permissions, exportable roots and the secret scan of exports (file_access.cc).
+  void apply_file_policy(SessionFs& fs, const FsView& view) const;
   // limit when `declared` cannot fit the session (free disk, memory headroom); callers
   // check max_upload_bytes first, before taking the view.
   Result<void> check_declared(const FsView& view, std::optional<uint64_t> declared) const;
@@ -205,6 +227,7 @@ class SessionManager {
   DaemonConfig config_;
   store::Store& store_;
   Tenants tenants_{store_};
+  Secrets secrets_{store_, config_.state_dir + "/secrets.key"};
   rootfs::TemplateStore templates_;
   std::unique_ptr<runtime::Backend> backend_;
   std::string output_dir_;

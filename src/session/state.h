@@ -16,6 +16,7 @@
 #include "session/admission.h"
 #include "session/exec_outcome.h"
 #include "session/output.h"
+#include "session/secret_grants.h"
 #include "session/types.h"
 #include "store/records.h"
 
@@ -71,6 +72,11 @@ struct Session {
   // Made on the first upload and kept (its cgroup descriptors are opened once).
   std::shared_ptr<runtime::WriterLauncher> writers;
   std::map<std::string, std::shared_ptr<ExecState>> execs;
+  // Secret grants and the redaction of their values (for the session's whole life,
+  // also after a grant expired: copies may still be printed).
+  std::vector<SecretGrant> secrets;
+  std::shared_ptr<const obs::Redactions> redactions;
+  FilePolicy files;
   std::unique_ptr<boost::asio::steady_timer> timer;
   Clock::time_point expires, last_activity;
   bool ended = false;

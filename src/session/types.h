@@ -36,6 +36,26 @@ using store::SessionLimits;
 using store::SessionRecord;
 using store::TenantRecord;
 
+// One secret grant of a create request (`secrets: [...]`, API.md "Secrets").
+struct SecretGrantSpec {
+  std::string name;
+  bool as_file = false;  // false: env
+  std::string env;       // env mode: the variable (default: the name)
+  std::string path;      // file mode: /run/secrets/<file> (default: /run/secrets/NAME)
+  uint64_t ttl_s = 0;    // 0: the session's life
+};
+
+// What may be written into a session and what may leave it (API.md "File policy").
+// Patterns are absolute paths, "/dir/**" for a whole tree.
+enum class SecretScan { refuse, redact, off };
+struct FilePolicy {
+  std::vector<std::string> writable{"/**"};
+  std::vector<std::string> exportable{"/**"};
+  uint64_t max_upload_bytes = 256ull << 20;
+  uint64_t max_export_bytes = 256ull << 20;
+  SecretScan scan_secrets = SecretScan::refuse;
+};
+
 // POST /v1/sessions, validated against the daemon's maxima by the API.
 struct CreateSessionSpec {
   std::string template_name;
@@ -48,6 +68,8 @@ struct CreateSessionSpec {
   // The session gets the egress door even with network mode none (then it reaches
   // internal services only, e.g. the package gateway; net/internal_service.h).
   bool egress_door = false;
+  std::vector<SecretGrantSpec> secrets;
+  std::optional<FilePolicy> files;  // unset: the daemon's defaults
 };
 
 enum class ExecUser { user, root };

@@ -191,6 +191,20 @@ struct ExecRecord {
 };
 
 
+// ---- Secrets ----
+
+// A tenant secret as stored: the value only sealed (AES-256-GCM by the session layer,
+// session/secrets.h); the store never sees the plaintext.
+struct SecretRecord {
+  std::string tenant_id;
+  std::string name;
+  std::string sealed;      // base64 of nonce | ciphertext | tag
+  std::string set_by;      // the key id that set it, "local-root" for the unix socket
+  std::string created_at;  // when this value was set
+  std::string expires_at;  // "" = never
+  int64_t ttl_s = 0;       // 0 = none
+};
+
 // Where an exec's captured stream lives on disk; the session layer writes the bytes.
 struct OutputRecord {
   std::string exec_id;

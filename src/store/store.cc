@@ -128,7 +128,19 @@ ALTER TABLE api_keys ADD COLUMN host_admin INTEGER NOT NULL DEFAULT 0;
 UPDATE api_keys SET host_admin = 1
   WHERE admin = 1 AND tenant_id IN (SELECT id FROM tenants WHERE name = 'default');
 )sql",
-    // 5: egress: every connection attempt through a session's door, the limits its
+    // 5: tenant secrets, sealed by the session layer (never plaintext).
+    R"sql(
+CREATE TABLE secrets (
+  tenant_id  TEXT NOT NULL REFERENCES tenants(id),
+  name       TEXT NOT NULL,
+  sealed     TEXT NOT NULL,
+  set_by     TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  expires_at TEXT,
+  ttl_s      INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (tenant_id, name)
+) STRICT;
+    // 6: egress: every connection attempt through a session's door, the limits its
     // traffic hit, and the tenants' network ceilings (JSON {"allow", "deny"}; NULL =
     // no ceiling). See store/egress_store.cc.
     R"sql(
@@ -964,6 +976,76 @@ Result<std::vector<OutputRecord>> Store::get_output(std::string_view exec_id) {
     o.truncated = r.boolean();
     outputs.push_back(std::move(o));
   }
+}
+
+// ---- Secrets ----
+
+namespace {
+SecretRecord read_secret(const Stmt& stmt) {
+  Row r(stmt);
+  SecretRecord s;
+  s.tenant_id = r.text();
+  s.name = r.text();
+  s.sealed = r.text();
+  s.set_by = r.text();
+  s.created_at = r.text();
+  s.expires_at = r.text();
+  s.ttl_s = r.int64();
+  return s;
+}
+constexpr std::string_view kSecretColumns = "tenant_id, name, sealed, set_by, created_at, expires_at, ttl_s";
+}  // namespace
+
+Result<void> Store::put_secret(const SecretRecord& s) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare("INSERT OR REPLACE INTO secrets (" + std::string(kSecretColumns) +
+                              ") VALUES (?, ?, ?, ?, ?, ?, ?)",
+                          "put secret " + s.name);
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(s.tenant_id, s.name, s.sealed, s.set_by, s.created_at, NullIfEmpty{s.expires_at}, s.ttl_s);
+  return stmt->run();
+}
+
+Result<std::vector<SecretRecord>> Store::list_secrets(std::string_view tenant_id, std::string_view now) {
+  std::lock_guard lock(mu_);
+  auto purge = db_.prepare("DELETE FROM secrets WHERE expires_at IS NOT NULL AND expires_at < ?", "purge secrets");
+  if (!purge) return std::unexpected(purge.error());
+  purge->bind(now);
+  if (auto r = purge->run(); !r) return std::unexpected(r.error());
+  auto stmt = db_.prepare(select_from(kSecretColumns, "FROM secrets WHERE tenant_id = ? ORDER BY name"),
+                          "list secrets");
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(tenant_id);
+  std::vector<SecretRecord> out;
+  for (;;) {
+    auto row = stmt->step();
+    if (!row) return std::unexpected(row.error());
+    if (!*row) return out;
+    out.push_back(read_secret(*stmt));
+  }
+}
+
+Result<SecretRecord> Store::get_secret(std::string_view tenant_id, std::string_view name, std::string_view now) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare(select_from(kSecretColumns,
+                                      "FROM secrets WHERE tenant_id = ? AND name = ? AND "
+                                      "(expires_at IS NULL OR expires_at >= ?)"),
+                          "get secret " + std::string(name));
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(tenant_id, name, now);
+  auto row = stmt->step();
+  if (!row) return std::unexpected(row.error());
+  if (!*row) return std::unexpected(not_found("secret " + std::string(name)));
+  return read_secret(*stmt);
+}
+
+Result<bool> Store::delete_secret(std::string_view tenant_id, std::string_view name) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare("DELETE FROM secrets WHERE tenant_id = ? AND name = ?", "delete secret " + std::string(name));
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(tenant_id, name);
+  if (auto r = stmt->run(); !r) return std::unexpected(r.error());
+  return stmt->changes() > 0;
 }
 
 // ---- Secret files ----

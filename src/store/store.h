@@ -157,6 +157,16 @@ class Store {
   // nullopt: the tenant has no ceiling. not_found for an unknown tenant.
   Result<std::optional<NetworkCeiling>> network_ceiling(std::string_view tenant_id);
   Result<void> set_network_ceiling(std::string_view tenant_id, const std::optional<NetworkCeiling>& ceiling);
+  // ---- Secrets (sealed values only) ----
+  // Inserts or replaces (tenant_id, name).
+  Result<void> put_secret(const SecretRecord& secret);
+  // Rows whose expires_at is before `now` (RFC 3339) are deleted first, then the
+  // tenant's secrets by name.
+  Result<std::vector<SecretRecord>> list_secrets(std::string_view tenant_id, std::string_view now);
+  // not_found when missing or expired at `now`.
+  Result<SecretRecord> get_secret(std::string_view tenant_id, std::string_view name, std::string_view now);
+  // False when there was none.
+  Result<bool> delete_secret(std::string_view tenant_id, std::string_view name);
 
   // ---- Exec output index (the bytes live in files the session layer writes) ----
   // Inserts or replaces the (exec_id, stream) entry; the exec must exist.

@@ -110,7 +110,7 @@ class StoreTest : public ::testing::Test {
 TEST_F(StoreTest, OpenCreatesSchemaWithMode0600) {
   auto version = store_->schema_version();
   ASSERT_TRUE(version);
-  EXPECT_EQ(*version, 5);
+  EXPECT_EQ(*version, 6);
   EXPECT_EQ(mode_of(db_path_), 0600u);
   ASSERT_TRUE(std::filesystem::exists(db_path_ + "-wal"));  // WAL is on
   EXPECT_EQ(mode_of(db_path_ + "-wal"), 0600u);
@@ -152,7 +152,7 @@ TEST_F(StoreTest, ReopenKeepsDataAndMigrationIsIdempotent) {
   for (int round = 0; round < 2; ++round) {
     auto reopened = Store::open(db_path_);
     ASSERT_TRUE(reopened) << reopened.error().message();
-    EXPECT_EQ(*(*reopened)->schema_version(), 5);
+    EXPECT_EQ(*(*reopened)->schema_version(), 6);
     auto tenants = (*reopened)->list_tenants();
     ASSERT_TRUE(tenants);
     ASSERT_EQ(tenants->size(), 2u);
@@ -288,7 +288,7 @@ TEST_F(StoreBootstrapTest, MigrationKeepsOnlyTheDefaultTenantsAdminKeysHostWide)
   ASSERT_EQ(sqlite3_open(db_path_.c_str(), &raw), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(raw,
                          "DROP TABLE egress_connections; DROP TABLE egress_limit_events; "
-                         "ALTER TABLE tenants DROP COLUMN network_ceiling; "
+                         "ALTER TABLE tenants DROP COLUMN network_ceiling; DROP TABLE secrets; "
                          "ALTER TABLE api_keys DROP COLUMN host_admin; PRAGMA user_version = 3",
                          nullptr, nullptr, nullptr),
             SQLITE_OK)
@@ -296,7 +296,7 @@ TEST_F(StoreBootstrapTest, MigrationKeepsOnlyTheDefaultTenantsAdminKeysHostWide)
   sqlite3_close(raw);
   auto reopened = Store::open(db_path_);
   ASSERT_TRUE(reopened) << reopened.error().message();
-  EXPECT_EQ(*(*reopened)->schema_version(), 5);
+  EXPECT_EQ(*(*reopened)->schema_version(), 6);
   auto host = [&](const std::string& key) { return (**(*reopened)->authenticate(key)).host_admin; };
   EXPECT_TRUE(host(boot));
   EXPECT_FALSE(host(other_admin));
@@ -783,3 +783,27 @@ TEST(StoreTimeTest, NewIdsArePrefixedRandomHex) {
 }
 
 }  // namespace
+
+namespace cela::store {
+namespace {
+
+TEST_F(StoreTest, SecretsAreTenantScopedAndExpire) {
+  SecretRecord s{alpha_, "TOKEN", "c2VhbGVk", "k-1", "2026-01-01T00:00:00.000Z", "", 0};
+  ASSERT_TRUE(store_->put_secret(s));
+  SecretRecord old{alpha_, "OLD", "c2VhbGVk", "k-1", "2026-01-01T00:00:00.000Z", "2026-01-01T00:00:01.000Z", 1};
+  ASSERT_TRUE(store_->put_secret(old));
+  const std::string now = "2026-06-01T00:00:00.000Z";
+  auto got = store_->get_secret(alpha_, "TOKEN", now);
+  ASSERT_TRUE(got) << got.error().message();
+  EXPECT_EQ(got->sealed, "c2VhbGVk");
+  EXPECT_EQ(store_->get_secret(beta_, "TOKEN", now).error().code, ErrorCode::not_found);
+  EXPECT_EQ(store_->get_secret(alpha_, "OLD", now).error().code, ErrorCode::not_found);
+  auto list = store_->list_secrets(alpha_, now);
+  ASSERT_TRUE(list);
+  ASSERT_EQ(list->size(), 1u);  // the expired one is purged
+  EXPECT_TRUE(*store_->delete_secret(alpha_, "TOKEN"));
+  EXPECT_FALSE(*store_->delete_secret(alpha_, "TOKEN"));
+}
+
+}  // namespace
+}  // namespace cela::store
