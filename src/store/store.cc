@@ -140,6 +140,7 @@ CREATE TABLE secrets (
   ttl_s      INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY (tenant_id, name)
 ) STRICT;
+)sql",
     // 6: egress: every connection attempt through a session's door, the limits its
     // traffic hit, and the tenants' network ceilings (JSON {"allow", "deny"}; NULL =
     // no ceiling). See store/egress_store.cc.
