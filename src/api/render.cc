@@ -53,6 +53,11 @@ json::object render(const session::SessionRecord& s) {
     for (const auto& a : s.network.allow) allow.emplace_back(a);
     network["allow"] = std::move(allow);
   }
+  if (!s.network.deny.empty()) {
+    json::array deny;
+    for (const auto& d : s.network.deny) deny.emplace_back(d);
+    network["deny"] = std::move(deny);
+  }
   o["network"] = std::move(network);
   o["created_at"] = s.created_at;
   o["ready_at"] = text_or_null(s.ready_at);

@@ -157,11 +157,56 @@ const RouteDoc get_session{
 const RouteDoc patch_session{
     .operation_id = "patchSession",
     .tag = "sessions",
-    .summary = "Change a live session: ttl_s (it lives that many more seconds)",
+    .summary = "Change a live session: ttl_s (it lives that many more seconds), network allow/deny",
+    .description = "`network` replaces the egress rules of a session created with mode allowlist, for new "
+                   "connections (open tunnels keep running); rules beyond the tenant's ceiling are policy_denied, "
+                   "a session without network is conflict.",
     .params = {session_id()},
     .body = {json_body(ref("PatchSession"), true)},
     .responses = {json_response(200, "the session", ref("Session"))},
-    .errors = {"not_found", "gone", "policy_denied"},
+    .errors = {"not_found", "gone", "policy_denied", "conflict", "invalid_request"},
+};
+
+const RouteDoc session_egress{
+    .operation_id = "listSessionEgress",
+    .tag = "sessions",
+    .summary = "Every connection attempt through the session's egress door, oldest first",
+    .description = "One entry per CONNECT, SOCKS5 connection, plain-HTTP request or internal-service request: "
+                   "host, the address dialled (or refused), port, verdict, the rule that decided, bytes each way.",
+    .params = {session_id(), query_param("limit", bounded(integer_schema(), 1, 1000), "page size (default 100)"),
+               query_param("cursor", string_schema(), "next_cursor of the previous page")},
+    .responses = {json_response(200, "the attempts", ref("EgressList"))},
+    .errors = {"not_found", "invalid_request"},
+};
+
+const RouteDoc get_network_ceiling{
+    .operation_id = "getNetworkCeiling",
+    .tag = "tenants",
+    .summary = "A tenant's network ceiling (null: none); its admins and host admins",
+    .params = {path_param("t", "tenant id")},
+    .responses = {json_response(200, "the ceiling", ref("NetworkCeilingAnswer"))},
+    .errors = {"forbidden", "not_found"},
+};
+
+const RouteDoc set_network_ceiling{
+    .operation_id = "setNetworkCeiling",
+    .tag = "tenants",
+    .summary = "Set a tenant's network ceiling (host admin only)",
+    .description = "Its sessions' allow rules must fit inside it (beyond it: policy_denied at create and PATCH); "
+                   "both must allow every connection, and a change applies to live sessions' new connections at once.",
+    .params = {path_param("t", "tenant id")},
+    .body = {json_body(ref("NetworkCeiling"), true)},
+    .responses = {json_response(200, "the ceiling", ref("NetworkCeilingAnswer"))},
+    .errors = {"forbidden", "not_found", "invalid_request"},
+};
+
+const RouteDoc delete_network_ceiling{
+    .operation_id = "deleteNetworkCeiling",
+    .tag = "tenants",
+    .summary = "Remove a tenant's network ceiling (host admin only)",
+    .params = {path_param("t", "tenant id")},
+    .responses = {json_response(200, "no ceiling", ref("NetworkCeilingAnswer"))},
+    .errors = {"forbidden", "not_found"},
 };
 
 const RouteDoc delete_session{

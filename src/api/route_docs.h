@@ -86,6 +86,10 @@ extern const RouteDoc get_exec;
 extern const RouteDoc exec_output;
 extern const RouteDoc write_stdin;
 extern const RouteDoc kill_exec;
+extern const RouteDoc session_egress;
+extern const RouteDoc get_network_ceiling;
+extern const RouteDoc set_network_ceiling;
+extern const RouteDoc delete_network_ceiling;
 
 extern const RouteDoc write_file;
 extern const RouteDoc read_file;

@@ -297,8 +297,38 @@ const json::object& component_schemas() {
     s["Limits"] = limits_schema(true);
     s["LimitsRequest"] = limits_schema(false);
     s["Network"] = object_schema(
-        {{"mode", enum_schema({"none", "allowlist"})}, {"allow", array_of(string_schema())}},
+        {{"mode", enum_schema({"none", "allowlist"})},
+         {"allow", array_of(string_schema())},
+         {"deny", array_of(string_schema())}},
         {"mode"});
+    s["NetworkRequest"] = object_schema(
+        {{"mode", enum_schema({"none", "allowlist"}, "none (default): no network; allowlist: the egress door")},
+         {"allow", array_of(string_schema(), "host, *.domain, *, IP literal or CIDR, optional :port or :*")},
+         {"deny", array_of(string_schema(), "same syntax; deny wins")}},
+        {}, "egress policy (API.md \"Network (egress)\")");
+    // routes_egress.cc, from store::EgressRecord.
+    s["EgressConnection"] = object_schema(
+        {{"at", timestamp()},
+         {"kind", enum_schema({"connect", "http", "socks", "service"})},
+         {"host", string_schema()},
+         {"ip", nullable(string_schema("the address dialled or refused"))},
+         {"port", integer_schema()},
+         {"verdict", enum_schema({"allowed", "denied"})},
+         {"rule", nullable(string_schema("what decided"))},
+         {"reason", nullable(string_schema())},
+         {"bytes_up", integer_schema()},
+         {"bytes_down", integer_schema()},
+         {"duration_ms", integer_schema()}},
+        {"at", "kind", "host", "ip", "port", "verdict", "rule", "reason", "bytes_up", "bytes_down", "duration_ms"});
+    s["NetworkCeiling"] = object_schema(
+        {{"allow", array_of(string_schema(), "rules a session's allow rules must fit inside")},
+         {"deny", array_of(string_schema(), "denied for every session of the tenant")}});
+    s["NetworkCeilingAnswer"] = object_schema({{"network_ceiling", nullable(ref("NetworkCeiling"))}},
+                                              {"network_ceiling"});
+    s["EgressList"] = object_schema(
+        {{"connections", array_of(ref("EgressConnection"), "oldest first")},
+         {"next_cursor", nullable(string_schema("pass as ?cursor= for the next page"))}},
+        {"connections", "next_cursor"});
     s["Termination"] = object_schema(
         {{"reason", string_schema("deleted, ttl_expired, idle_timeout, init_died, daemon_restart, "
                                   "daemon_shutdown, start_failed, ...")},
@@ -346,8 +376,7 @@ const json::object& component_schemas() {
          {"limits", ref("LimitsRequest")},
          {"env", string_map()},
          {"metadata", string_map("filterable with ?metadata.K=V")},
-         {"network", object_schema({{"mode", enum_schema({"none", "allowlist"})}}, {},
-                                   "only mode none for now", false)},
+         {"network", ref("NetworkRequest")},
          {"packages", object_schema({{"mode", enum_schema({"off", "offline", "gateway"})}}, {},
                                     "only mode off for now", false)},
          {"secrets",
@@ -398,8 +427,8 @@ const json::object& component_schemas() {
         {"pools"});
     s["PatchSession"] = object_schema(
         {{"ttl_s", number_schema("the session lives this many more seconds")},
-         {"network",
-          json::object{{"type", "object"}, {"description", "refused (policy_denied) for now"}}}});
+         {"network", object_schema({{"allow", array_of(string_schema())}, {"deny", array_of(string_schema())}}, {},
+                                   "the egress rules of new connections (a session created with mode allowlist)")}});
 
     s["ExecRequest"] = exec_request_schema();
     s["ExecStarted"] = object_schema(

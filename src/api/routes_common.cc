@@ -1,6 +1,7 @@
 // Helpers shared by the route files (routes.h), and add_api_routes: every resource's
 // routes registered in one place.
 #include <boost/json.hpp>
+#include <charconv>
 
 #include "api/responder.h"
 #include "api/routes.h"
@@ -18,8 +19,38 @@ void add_api_routes(RouteContext& ctx) {
   add_file_routes(ctx);
   add_pool_routes(ctx);
   add_observe_routes(ctx);
+  add_egress_routes(ctx);
   add_secret_routes(ctx);
   add_storage_routes(ctx);
+}
+
+ApiResult<void> require_admin(const Request& req) {
+  if (!req.principal || !req.principal->admin)
+    return api_fail(ApiError::forbidden("an admin key is required"));
+  return {};
+}
+
+ApiResult<void> require_host_admin(const Request& req) {
+  if (auto ok = require_admin(req); !ok) return ok;
+  if (!req.principal->host_admin) return api_fail(ApiError::forbidden("a host admin key is required"));
+  return {};
+}
+
+ApiResult<void> require_admin_of(const Request& req, std::string_view tenant_id) {
+  if (auto ok = require_admin(req); !ok) return ok;
+  if (req.principal->host_admin || req.principal->tenant_id == tenant_id) return {};
+  return api_fail(ApiError::not_found("no tenant " + std::string(tenant_id)));
+}
+
+ApiResult<store::PageRequest> page_of(const Request& req) {
+  store::PageRequest page;
+  if (auto l = req.query_value("limit")) {
+    auto [p, ec] = std::from_chars(l->data(), l->data() + l->size(), page.limit);
+    if (ec != std::errc() || p != l->data() + l->size() || page.limit < 1 || page.limit > 1000)
+      return api_fail(ApiError::invalid_request("query `limit` must be 1..1000"));
+  }
+  if (auto c = req.query_value("cursor")) page.cursor = std::string(*c);
+  return page;
 }
 
 RouteOptions upload_options(const RouteContext& ctx) {

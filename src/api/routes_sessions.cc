@@ -131,13 +131,9 @@ void add_session_routes(RouteContext& ctx) {
     if (auto s = req.query_value("state")) filter.state = std::string(*s);
     for (auto& [k, v] : req.query)
       if (k.starts_with("metadata.")) filter.metadata[k.substr(9)] = v;
-    session::PageRequest page;
-    if (auto l = req.query_value("limit")) {
-      auto [p, ec] = std::from_chars(l->data(), l->data() + l->size(), page.limit);
-      if (ec != std::errc() || p != l->data() + l->size() || page.limit < 1 || page.limit > 1000)
-        return res.error(ApiError::invalid_request("query `limit` must be 1..1000"));
-    }
-    if (auto c = req.query_value("cursor")) page.cursor = std::string(*c);
+    auto paged = page_of(req);
+    if (!paged) return res.error(paged.error());
+    session::PageRequest page = *paged;
     answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), filter, page]() -> ApiResult<json::value> {
       auto p = mgr.list(caller, filter, page);
       if (!p) return std::unexpected(from_error(p.error()));

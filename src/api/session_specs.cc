@@ -229,10 +229,22 @@ Result<session::CreateSessionSpec> parse_create_session(const json::object& body
   auto network = f.object("network");
   if (!network) return std::unexpected(network.error());
   if (*network) {
-    auto mode = (*network)->string("mode");
+    // Shapes here; the rules themselves are checked by the session layer (net/policy.h).
+    const JsonFields& n = **network;
+    if (auto ok = n.only({"mode", "allow", "deny"}); !ok) return std::unexpected(ok.error());
+    auto mode = n.string("mode");
     if (!mode) return std::unexpected(mode.error());
-    if (*mode && **mode != "none")
-      return std::unexpected(Error{ErrorCode::policy_denied, 0, "network mode other than `none` is not available on this server"});
+    s.network.mode = mode->value_or("none");
+    if (s.network.mode != "none" && s.network.mode != "allowlist")
+      return std::unexpected(n.invalid("mode", "must be \"none\" or \"allowlist\""));
+    auto allow = n.string_array("allow");
+    if (!allow) return std::unexpected(allow.error());
+    auto deny = n.string_array("deny");
+    if (!deny) return std::unexpected(deny.error());
+    if (*allow) s.network.allow = std::move(**allow);
+    if (*deny) s.network.deny = std::move(**deny);
+    if (s.network.mode == "none" && (!s.network.allow.empty() || !s.network.deny.empty()))
+      return std::unexpected(n.invalid("allow", "needs mode \"allowlist\""));
   }
   auto packages = f.object("packages");
   if (!packages) return std::unexpected(packages.error());
@@ -355,9 +367,19 @@ Result<session::PatchSpec> parse_patch(const json::object& body) {
   for (auto& kv : body)
     if (kv.key() != "ttl_s" && kv.key() != "network")
       return std::unexpected(Error{ErrorCode::invalid_argument, 0, "field `" + std::string(kv.key()) + "` cannot be changed"});
-  if (body.contains("network"))
-    return std::unexpected(Error{ErrorCode::policy_denied, 0, "network allowlists are not available on this server"});
   session::PatchSpec p;
+  auto network = f.object("network");
+  if (!network) return std::unexpected(network.error());
+  if (*network) {
+    const JsonFields& n = **network;
+    if (auto ok = n.only({"allow", "deny"}); !ok) return std::unexpected(ok.error());
+    auto allow = n.string_array("allow");
+    if (!allow) return std::unexpected(allow.error());
+    auto deny = n.string_array("deny");
+    if (!deny) return std::unexpected(deny.error());
+    p.network_allow = std::move(*allow);
+    p.network_deny = std::move(*deny);
+  }
   auto ttl = f.number("ttl_s");
   if (!ttl) return std::unexpected(ttl.error());
   if (*ttl) {

@@ -239,7 +239,8 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
   if (spec.disk_root >= 0) rootfs.disk_bytes = spec.rootfs.disk_bytes;
   json::object config = message(MessageType::config, {{"hostname", spec.hostname},
                                                        {"shm_bytes", rootfs.shm_bytes},
-                                                       {"pty_max", rootfs.pty_max}});
+                                                       {"pty_max", rootfs.pty_max},
+                                                       {"door_port", spec.door_port}});
   if (spec.exec_notify) config["exec_notify"] = true;
   if (auto r = send_message(sb->control_fd(), config, {seccomp_fd.get()}); !r) return std::unexpected(r.error());
   seccomp_fd.reset();
@@ -272,10 +273,13 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
                 ready->body.at("errno").to_number<int>());
   }
   if (ready->type() != MessageType::ready) return fail(ErrorCode::internal, "unexpected message from init during setup");
-  if (spec.exec_notify) {
-    if (ready->fds.size() != 1) return fail(ErrorCode::internal, "init's ready came without the exec listener");
-    sb->exec_notify_ = std::move(ready->fds[0]);
-  }
+  // ready carries the execve listener (exec_notify), then the door (door_port).
+  size_t want = (spec.exec_notify ? 1 : 0) + (spec.door_port ? 1 : 0);
+  if (ready->fds.size() != want)
+    return fail(ErrorCode::internal, "init's ready came without its descriptors (exec listener, egress door)");
+  size_t at = 0;
+  if (spec.exec_notify) sb->exec_notify_ = std::move(ready->fds[at++]);
+  if (spec.door_port) sb->door_ = std::move(ready->fds[at++]);
   sb->startup_ = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began);
   return sb;
 }

@@ -43,6 +43,9 @@ struct SandboxSpec {
   int disk_root = -1;
   std::vector<VolumeBind> volumes;  // their mounts held by the caller
   bool exec_notify = false;  // watch every execve inside (agent/exec_notify.h)
+  // Non-zero: init listens on 127.0.0.1:door_port inside and hands over the listener
+  // (take_door()), the egress door (agent/init.h).
+  uint16_t door_port = 0;
 };
 
 struct StartedExec {
@@ -98,6 +101,8 @@ class Sandbox {
   int exec_notify_fd() const { return exec_notify_.get(); }
   Cgroup& cgroup() { return *cgroup_; }
   std::chrono::microseconds startup_time() const { return startup_; }
+  // The egress door's listening socket, once (empty without SandboxSpec::door_port).
+  UniqueFd take_door() { return std::move(door_); }
 
   // SIGKILL to init and to every process in the cgroup; does not wait.
   void kill();
@@ -117,6 +122,7 @@ class Sandbox {
   UniqueFd control_;
   UniqueFd upper_;
   UniqueFd exec_notify_;
+  UniqueFd door_;
   std::unique_ptr<Cgroup> cgroup_;
   std::deque<agent::Message> pending_;  // events that arrived while waiting for a reply
   uint64_t next_exec_id_ = 1;

@@ -293,6 +293,7 @@ class JailInstance final : public Instance {
   pid_t host_pid() const override { return sandbox_->init_pid(); }
   std::shared_ptr<DiskMeter> disk_meter() const override { return meter_; }
   DiskKind disk_kind() const override { return disk_ ? DiskKind::disk : DiskKind::memory; }
+  UniqueFd take_door() override { return sandbox_->take_door(); }
   Result<UniqueFd> open_writable_layer() const override {
     if (sandbox_->upper_fd() < 0) return fail(ErrorCode::gone, "the sandbox's writable layer is gone");
     UniqueFd fd(::fcntl(sandbox_->upper_fd(), F_DUPFD_CLOEXEC, 3));
@@ -535,6 +536,7 @@ class JailBackend final : public Backend {
     sb.limits = spec.limits;
     sb.budgets = options_.budgets;
     sb.exec_notify = options_.exec_notify;
+    sb.door_port = spec.door_port;
     auto slot = jail::UidSlot::acquire(jail::kSlotLockDir, options_.uid_slots);
     if (!slot) {
       Error e = slot.error();

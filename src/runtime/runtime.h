@@ -47,6 +47,9 @@ struct InstanceSpec {
   DiskKind disk_kind = DiskKind::disk;
   std::vector<VolumeSpec> volumes;
   jail::CgroupLimits limits;
+  // Non-zero: the sandbox gets an egress door, a listener on 127.0.0.1:door_port
+  // inside that the host accepts on (Instance::take_door).
+  uint16_t door_port = 0;
 };
 
 // Accounting of a sandbox or an exec, and its limits (the jail's types serve every
@@ -210,6 +213,9 @@ class Instance {
   virtual DiskKind disk_kind() const = 0;
   // Writers of files on the sandbox's behalf (files API uploads).
   virtual Result<std::unique_ptr<WriterLauncher>> writer_launcher() const = 0;
+  // The egress door's listening socket (in the sandbox's network namespace), once;
+  // empty when the spec had no door_port.
+  virtual UniqueFd take_door() = 0;
   // Host pid of the sandbox's init.
   virtual pid_t host_pid() const = 0;
   // The host id that id `inside` maps to (files written on the sandbox's behalf), and

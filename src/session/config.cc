@@ -49,6 +49,44 @@ Result<void> take(const JsonFields& f, std::string_view key, T& out) {
 #define ONLY(fields, ...) \
   if (auto r = (fields).only({__VA_ARGS__}); !r) return config_error(r.error())
 
+// `egress` (docs/operations.md "Egress").
+template <class Section>
+Result<void> read_egress(Section& section, net::EgressConfig& e) {
+  auto eg = section("egress");
+  if (!eg) return std::unexpected(eg.error());
+  if (!*eg) return {};
+  const JsonFields& s = **eg;
+  ONLY(s, "allow_cidrs", "ca_file", "bandwidth_kbps", "max_connections", "hosts", "connect_timeout_s",
+       "idle_timeout_s");
+  auto cidrs = s.string_array("allow_cidrs");
+  if (!cidrs) return config_error(cidrs.error());
+  if (*cidrs) e.allow_cidrs = **cidrs;
+  for (const auto& c : e.allow_cidrs)
+    if (!net::parse_cidr(c)) return fail(ErrorCode::invalid_argument, "config: egress.allow_cidrs: bad range `" + c + "`");
+  TAKE(s, "ca_file", e.ca_file);
+  TAKE(s, "bandwidth_kbps", e.bandwidth_kbps);
+  TAKE(s, "max_connections", e.max_connections);
+  TAKE(s, "connect_timeout_s", e.connect_timeout_s);
+  TAKE(s, "idle_timeout_s", e.idle_timeout_s);
+  auto hosts = s.object("hosts");
+  if (!hosts) return config_error(hosts.error());
+  if (*hosts) {
+    for (const auto& kv : (*hosts)->raw()) {
+      std::string name(kv.key());
+      auto list = (*hosts)->string_array(name);
+      if (!list) return config_error(list.error());
+      for (const auto& a : **list)
+        if (!net::ip_literal(a))
+          return fail(ErrorCode::invalid_argument, "config: egress.hosts." + name + ": `" + a + "` is not an address");
+      e.hosts[net::normalise_host(name)] = **list;
+    }
+  }
+  for (double t : {e.connect_timeout_s, e.idle_timeout_s})
+    if (!(t > 0 && t <= 86400))
+      return fail(ErrorCode::invalid_argument, "config: egress timeouts must be in (0, 86400] seconds");
+  return {};
+}
+
 }  // namespace
 
 Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
@@ -58,7 +96,7 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
        "max_body_bytes", "max_upload_bytes", "http_threads", "blocking_threads", "defaults", "maxima", "tenant_quotas",
        "output_retention", "stdin_timeout_s", "uid_slots", "launcher_threads", "exec_nofile", "connections",
        "session_budgets", "block_io", "admission", "dev_mode", "files", "disk", "volumes", "pools", "audit",
-       "metrics", "logs");
+       "metrics", "logs", "egress");
   TAKE(f, "state_dir", c.state_dir);
   TAKE(f, "templates_dir", c.templates_dir);
   TAKE(f, "socket", c.socket_path);
@@ -306,6 +344,7 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
       return fail(ErrorCode::invalid_argument, "config: logs.format must be \"json\" or \"text\"");
     c.json_logs = format == "json";
   }
+  if (auto r = read_egress(section, c.egress); !r) return std::unexpected(r.error());
   for (double t : {c.connections.header_timeout_s, c.connections.idle_timeout_s})
     if (!(t > 0 && t <= 3600))
       return fail(ErrorCode::invalid_argument, "config: connections timeouts must be in (0, 3600] seconds");

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "obs/audit.h"
+#include "net/egress_proxy.h"
 #include "session/types.h"
 
 namespace cela::session {
@@ -162,6 +163,8 @@ struct DaemonConfig {
   obs::AuditOptions audit;
   MetricsConfig metrics;
   bool json_logs = true;  // daemon log lines as JSON (`logs.format`: "json" | "text")
+  // The egress proxy (docs/operations.md "Egress").
+  net::EgressConfig egress;
   // Tenant defaults of every session's file policy (`files`: API.md "File policy");
   // a create may narrow them.
   FilePolicy files;

@@ -78,6 +78,7 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(const DaemonConfig&
   if (!backend) return std::unexpected(backend.error());
   m->backend_ = std::move(*backend);
   for (const auto& note : m->backend_->notes()) std::fprintf(stderr, "cela: %s\n", note.c_str());
+  if (auto r = m->open_egress(); !r) return std::unexpected(r.error());
   auto capacity = HostCapacity::measure(config.admission);
   if (!capacity) return std::unexpected(capacity.error());
   m->admission_.set_host(*capacity, config.admission);  // before the reactor runs
@@ -136,6 +137,7 @@ void SessionManager::shutdown() {
   for (auto& t : launcher_threads_)
     if (t.joinable()) t.join();
   barrier();
+  egress_->stop();
   {
     std::promise<void> done;
     auto f = done.get_future();
@@ -225,10 +227,12 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
     if (auto ok = dev_template_allowed(caller, spec.template_name); !ok) return give_back(ok.error());
 
   auto session = std::make_shared<Session>();
+  if (auto r = egress_for(caller, spec, *session); !r) return give_back(r.error());
   session->grant = grant;
   session->tmpl = *tmpl;
   session->limits = spec.limits;
-  session->env = spec.env;
+  session->env = session->door ? egress_env(!egress_ca_pem_.empty()) : std::vector<std::string>{};
+  session->env.insert(session->env.end(), spec.env.begin(), spec.env.end());
   session->allow_sudo = sudo_allowed(*tmpl, spec.allow_sudo);
   session->auto_pause_s = spec.auto_pause_s;
   session->auto_resume = spec.auto_resume;
@@ -242,7 +246,7 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
   r.state = std::string(store::session_state::starting);
   r.template_ref = tmpl->name + "@" + tmpl->version;
   r.limits = spec.limits;
-  r.network = NetworkPolicy{};
+  r.network = spec.network;
   r.metadata = spec.metadata;
   std::string disk_kind = spec.disk_kind.value_or(config_.disk.kind);
   r.spec = {.template_name = spec.template_name,
@@ -270,6 +274,7 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
   is.disk_kind = runtime::disk_kind(disk_kind).value_or(runtime::DiskKind::disk);
   is.volumes = session->instance_spec.volumes;  // claim_volumes filled them in
   session->instance_spec = is;
+  is.door_port = session->door ? net::kDoorPort : 0;
   asio::post(launcher_, [this, session, is, began, done = std::move(done)]() mutable {
     auto instance = std::make_shared<Result<std::unique_ptr<runtime::Instance>>>(backend_->start(is));
     on_reactor([this, session, instance, began, done = std::move(done)]() mutable {
@@ -324,6 +329,7 @@ void SessionManager::booted(std::shared_ptr<Session> session, Result<std::unique
     return failed(Error{ErrorCode::capacity_exceeded, 0, "the daemon is stopping"}, "daemon_shutdown",
                   "the daemon stopped while the session was starting");
   }
+  if (auto d = open_session_door(*session); !d) return failed(d.error(), "start_failed", d.error().message());
   r.init_pid = session->instance->host_pid();
   r.slot = session->instance->slot();
   r.state = std::string(store::session_state::ready);
@@ -364,6 +370,7 @@ void SessionManager::terminate(const std::shared_ptr<Session>& session, std::str
     exec_finished(*e);
   }
   session->timer.reset();
+  if (session->door) egress_->close_door(session->record.id);
   // Before the sandbox goes: its secret files are overwritten, then removed.
   uint64_t secrets_wiped = end_grants(*session, reason);
   runtime::Teardown teardown;
@@ -485,6 +492,8 @@ void SessionManager::patch(const Caller& caller, const std::string& id, PatchSpe
     auto found = find_live(caller, id);
     if (!found) return done(std::unexpected(found.error()));
     Session& s = **found;
+    if (spec.network_allow || spec.network_deny)
+      if (auto r = patch_network(s, spec); !r) return done(std::unexpected(r.error()));
     if (!spec.ttl_s) return done(s.record);
     if (*spec.ttl_s < 1 || *spec.ttl_s > config_.maxima.ttl_s)
       return done(fail(ErrorCode::invalid_argument,

@@ -46,6 +46,7 @@
 #include "session/admission.h"
 #include "session/config.h"
 #include "session/observe.h"
+#include "session/egress.h"
 #include "session/output.h"
 #include "session/pool.h"
 #include "session/secrets.h"
@@ -192,6 +193,18 @@ class SessionManager {
   const DaemonConfig& config() const { return config_; }
   // Tenants and keys (any thread).
   Tenants& tenants() { return tenants_; }
+  // The egress proxy every door goes to (net/egress_proxy.h): register internal
+  // services here before serving.
+  net::EgressProxy& egress() { return *egress_; }
+  // A tenant's network ceiling (admin-set; nullopt = none). Setting one checks its rules
+  // (invalid_argument) and applies to the tenant's live doors for new connections at
+  // once; sessions' own rules beyond it then simply stop matching. Any thread.
+  Result<std::optional<store::NetworkCeiling>> network_ceiling(const std::string& tenant_id);
+  Result<void> set_network_ceiling(const std::string& tenant_id, const std::optional<store::NetworkCeiling>& ceiling);
+  // GET /v1/sessions/{id}/egress: the session's attempts, oldest first (any thread).
+  Result<std::pair<std::vector<store::EgressRecord>, std::string>> egress_records(const Caller& caller,
+                                                                                  const std::string& session_id,
+                                                                                  const store::PageRequest& page);
   // Tenant secrets, sealed at rest (any thread).
   Secrets& secrets() { return secrets_; }
 
@@ -302,6 +315,13 @@ class SessionManager {
                          std::optional<uint64_t> declared = std::nullopt);
   static constexpr uint64_t kMemoryCheckBytes = 1 << 20;
   FsLimits fs_limits() const;
+
+  // Egress (session/egress_session.cc): the proxy, at open; a create's door and
+  // policy; handing the booted sandbox's door to the proxy; PATCH network.
+  Result<void> open_egress();
+  Result<void> egress_for(const Caller& caller, const CreateSessionSpec& spec, Session& session);
+  Result<void> open_session_door(Session& session);
+  Result<void> patch_network(Session& session, const PatchSpec& spec);
   // The session's file policy applied to a view: writable roots, the sandbox user's
   // permissions, exportable roots and the secret scan of exports (file_access.cc).
   void apply_file_policy(SessionFs& fs, const FsView& view) const;
@@ -317,6 +337,10 @@ class SessionManager {
   rootfs::VolumeStore volumes_;
   std::unique_ptr<runtime::Backend> backend_;
   std::string output_dir_;
+  // The recorder outlives the proxy that reports to it.
+  std::unique_ptr<EgressRecorder> egress_recorder_;
+  std::unique_ptr<net::EgressProxy> egress_;
+  std::string egress_ca_pem_;  // egress.ca_file, handed to sessions with a door
 
   boost::asio::io_context reactor_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> reactor_work_;

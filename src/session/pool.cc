@@ -223,8 +223,9 @@ bool SessionManager::claim_pooled(const Caller& caller, const CreateSessionSpec&
                                   Done<SessionRecord>& done) {
   assert_on_reactor();
   if (!spec.use_pool || stopping_) return false;
-  // Pooled sandboxes have the default writable layer and no volumes.
+  // Pooled sandboxes have the default writable layer, no volumes and no egress door.
   if (!spec.volumes.empty() || (spec.disk_kind && *spec.disk_kind != config_.disk.kind)) return false;
+  if (spec.network.mode != "none" || spec.egress_door) return false;
   auto it = std::ranges::find_if(pools_, [&](const auto& p) { return p->matches(spec); });
   if (it == pools_.end()) return false;
   WarmPool& pool = **it;

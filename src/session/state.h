@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "net/policy.h"
 #include "rootfs/template.h"
 #include "runtime/runtime.h"
 #include "session/admission.h"
@@ -75,6 +76,10 @@ struct Session {
   HostGrant grant;  // held in Admission from admission to the end
   std::vector<std::string> env;
   bool allow_sudo = false;
+  // The egress door (network allowlist, or a service such as the package gateway
+  // needs it) and what it lets through.
+  bool door = false;
+  net::EgressPolicy egress;
   std::unique_ptr<runtime::Instance> instance;
   // Made on the first upload and kept (its cgroup descriptors are opened once).
   std::shared_ptr<runtime::WriterLauncher> writers;

@@ -71,6 +71,11 @@ struct CreateSessionSpec {
   uint64_t auto_pause_s = 0;       // pause once idle this long; 0 = never (session/pause.cc)
   bool auto_resume = false;        // an exec or file call on a paused session resumes it
   bool use_pool = true;            // `"pool": false` always boots a fresh sandbox
+  // "network": mode none (no door) or allowlist (the door, under these rules).
+  NetworkPolicy network;
+  // The session gets the egress door even with network mode none (then it reaches
+  // internal services only, e.g. the package gateway; net/internal_service.h).
+  bool egress_door = false;
   std::vector<SecretGrantSpec> secrets;
   std::optional<FilePolicy> files;  // unset: the daemon's defaults
 };
@@ -98,6 +103,8 @@ struct KillSpec {
 
 struct PatchSpec {
   std::optional<uint64_t> ttl_s;
+  // "network": {"allow", "deny"}: the rules of new connections (mode stays).
+  std::optional<std::vector<std::string>> network_allow, network_deny;
 };
 
 // An exec's kept output, whole (GET …/output and /run answers).

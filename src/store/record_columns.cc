@@ -60,12 +60,18 @@ std::string network_column(const NetworkPolicy& n) {
   for (const auto& a : n.allow) allow.emplace_back(a);
   json::object o{{"mode", n.mode}};
   if (!n.allow.empty()) o["allow"] = std::move(allow);
+  if (!n.deny.empty()) {
+    json::array deny;
+    for (const auto& d : n.deny) deny.emplace_back(d);
+    o["deny"] = std::move(deny);
+  }
   return json::serialize(o);
 }
 
 Result<NetworkPolicy> read_network_column(std::string_view text) {
   return read_column<NetworkPolicy>(text, "network", [](const JsonFields& f, NetworkPolicy& n) -> Result<void> {
     if (auto r = set_if(f.string("mode"), n.mode); !r) return r;
+    if (auto r = set_if(f.string_array("deny"), n.deny); !r) return r;
     return set_if(f.string_array("allow"), n.allow);
   });
 }

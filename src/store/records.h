@@ -27,6 +27,29 @@ struct Quotas {
   double max_cpus = 0;
 };
 
+// One attempt through a session's egress door (GET /v1/sessions/{id}/egress).
+struct EgressRecord {
+  std::string session_id, tenant_id;
+  std::string at;    // RFC 3339
+  std::string kind;  // connect, http, socks, service
+  std::string host, ip;
+  int64_t port = 0;
+  bool allowed = false;
+  std::string rule, reason;
+  int64_t bytes_up = 0, bytes_down = 0, duration_ms = 0;
+};
+
+// A limit a session's egress hit (kind egress_bandwidth, egress_connections).
+struct LimitEventRecord {
+  std::string at, kind, detail;
+};
+
+// A tenant's network ceiling (admin-set): the rules its sessions' rules must fit.
+struct NetworkCeiling {
+  std::vector<std::string> allow, deny;
+  bool operator==(const NetworkCeiling&) const = default;
+};
+
 struct TenantRecord {
   std::string id;  // "t-<16 hex>"
   std::string name;
@@ -81,6 +104,7 @@ struct SessionLimits {
 struct NetworkPolicy {
   std::string mode = "none";
   std::vector<std::string> allow;
+  std::vector<std::string> deny;
   bool operator==(const NetworkPolicy&) const = default;
 };
 

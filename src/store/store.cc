@@ -174,6 +174,37 @@ CREATE TABLE audit_anchor (
   hash TEXT NOT NULL
 ) STRICT;
 )sql",
+    // 8: egress: every connection attempt through a session's door, the limits its
+    // traffic hit, and the tenants' network ceilings (JSON {"allow", "deny"}; NULL =
+    // no ceiling). See store/egress_store.cc.
+    R"sql(
+CREATE TABLE egress_connections (
+  seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+  session_id  TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  tenant_id   TEXT NOT NULL,
+  at          TEXT NOT NULL,
+  kind        TEXT NOT NULL,
+  host        TEXT NOT NULL,
+  ip          TEXT,
+  port        INTEGER NOT NULL,
+  verdict     TEXT NOT NULL CHECK (verdict IN ('allowed', 'denied')),
+  rule        TEXT,
+  reason      TEXT,
+  bytes_up    INTEGER NOT NULL DEFAULT 0,
+  bytes_down  INTEGER NOT NULL DEFAULT 0,
+  duration_ms INTEGER NOT NULL DEFAULT 0
+) STRICT;
+CREATE INDEX egress_by_session ON egress_connections(session_id, seq);
+CREATE TABLE egress_limit_events (
+  seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+  session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  at         TEXT NOT NULL,
+  kind       TEXT NOT NULL,
+  detail     TEXT NOT NULL
+) STRICT;
+CREATE INDEX egress_limits_by_session ON egress_limit_events(session_id, seq);
+ALTER TABLE tenants ADD COLUMN network_ceiling TEXT;
+)sql",
 };
 constexpr int64_t kSchemaVersion = std::size(kMigrations);
 

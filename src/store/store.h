@@ -156,6 +156,16 @@ class Store {
   // A pooled sandbox becomes `session` (of its tenant): the session row inserted and
   // the pooled row removed in one transaction.
   Result<void> claim_pooled(const SessionRecord& session);
+  // ---- Egress (store/egress_store.cc) ----
+  Result<void> insert_egress(const EgressRecord& record);
+  // Oldest first; `cursor` is a next_cursor of the previous page ("" = the first).
+  Result<std::pair<std::vector<EgressRecord>, std::string>> list_egress(std::string_view session_id,
+                                                                        const PageRequest& page);
+  Result<void> insert_limit_event(std::string_view session_id, const LimitEventRecord& event);
+  Result<std::vector<LimitEventRecord>> list_egress_limit_events(std::string_view session_id);
+  // nullopt: the tenant has no ceiling. not_found for an unknown tenant.
+  Result<std::optional<NetworkCeiling>> network_ceiling(std::string_view tenant_id);
+  Result<void> set_network_ceiling(std::string_view tenant_id, const std::optional<NetworkCeiling>& ceiling);
   // ---- Secrets (sealed values only) ----
   // Inserts or replaces (tenant_id, name).
   Result<void> put_secret(const SecretRecord& secret);

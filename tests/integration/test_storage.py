@@ -308,7 +308,8 @@ def test_no_loop_devices_or_images_left_after_teardown(daemon):
     for dev, backing in own_loops(daemon):
         assert backing.endswith("(deleted)"), backing
     assert disk_files(daemon) == []
-    assert len(ledger(daemon)) == len(own_loops(daemon))
+    # The ledger entry goes right after its device is detached (on the release thread).
+    assert wait_for(lambda: len(ledger(daemon)) == len(own_loops(daemon))), (ledger(daemon), own_loops(daemon))
     del ids
 
 

@@ -110,7 +110,7 @@ class StoreTest : public ::testing::Test {
 TEST_F(StoreTest, OpenCreatesSchemaWithMode0600) {
   auto version = store_->schema_version();
   ASSERT_TRUE(version);
-  EXPECT_EQ(*version, 7);
+  EXPECT_EQ(*version, 8);
   EXPECT_EQ(mode_of(db_path_), 0600u);
   ASSERT_TRUE(std::filesystem::exists(db_path_ + "-wal"));  // WAL is on
   EXPECT_EQ(mode_of(db_path_ + "-wal"), 0600u);
@@ -152,7 +152,7 @@ TEST_F(StoreTest, ReopenKeepsDataAndMigrationIsIdempotent) {
   for (int round = 0; round < 2; ++round) {
     auto reopened = Store::open(db_path_);
     ASSERT_TRUE(reopened) << reopened.error().message();
-    EXPECT_EQ(*(*reopened)->schema_version(), 7);
+    EXPECT_EQ(*(*reopened)->schema_version(), 8);
     auto tenants = (*reopened)->list_tenants();
     ASSERT_TRUE(tenants);
     ASSERT_EQ(tenants->size(), 2u);
@@ -283,17 +283,21 @@ TEST_F(StoreBootstrapTest, MigrationKeepsOnlyTheDefaultTenantsAdminKeysHostWide)
   const std::string other_admin = store_->create_key(other->id, true, true)->key;
   const std::string default_user = store_->create_key((*store_->list_tenants())[0].id, false)->key;
   store_.reset();
-  // Back to schema 3: the column (and the later tables) did not exist.
+  // Back to schema 3: the column (and what later migrations made) did not exist.
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open(db_path_.c_str(), &raw), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE api_keys DROP COLUMN host_admin; DROP TABLE secrets; DROP TABLE pooled_sessions; DROP TABLE audit; DROP TABLE audit_anchor; PRAGMA user_version = 3", nullptr,
-                         nullptr, nullptr),
+  ASSERT_EQ(sqlite3_exec(raw,
+                         "DROP TABLE egress_connections; DROP TABLE egress_limit_events; "
+                         "ALTER TABLE tenants DROP COLUMN network_ceiling; DROP TABLE audit; DROP TABLE audit_anchor; "
+                         "DROP TABLE pooled_sessions; DROP TABLE secrets; "
+                         "ALTER TABLE api_keys DROP COLUMN host_admin; PRAGMA user_version = 3",
+                         nullptr, nullptr, nullptr),
             SQLITE_OK)
       << sqlite3_errmsg(raw);
   sqlite3_close(raw);
   auto reopened = Store::open(db_path_);
   ASSERT_TRUE(reopened) << reopened.error().message();
-  EXPECT_EQ(*(*reopened)->schema_version(), 7);
+  EXPECT_EQ(*(*reopened)->schema_version(), 8);
   auto host = [&](const std::string& key) { return (**(*reopened)->authenticate(key)).host_admin; };
   EXPECT_TRUE(host(boot));
   EXPECT_FALSE(host(other_admin));
@@ -413,7 +417,7 @@ TEST_F(StoreTest, SessionRoundTripsEveryField) {
   EXPECT_FALSE(got->startup_ms.has_value());
   EXPECT_FALSE(got->cleanup.has_value());
 
-  got->network = NetworkPolicy{.mode = "allowlist", .allow = {"a.example"}};
+  got->network = NetworkPolicy{.mode = "allowlist", .allow = {"a.example"}, .deny = {"b.example"}};
   got->expires_at = "2026-05-28T22:46:40.000Z";
   ASSERT_TRUE(store_->update_session(*got));
   auto updated = store_->get_session_any(s.id);
