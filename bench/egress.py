@@ -15,6 +15,8 @@ import sys
 import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "integration"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from stats import pct  # noqa: E402
 
 INSIDE = r"""
 import json, socket, sys, threading, time
@@ -51,10 +53,6 @@ for name, f in (("direct", direct), ("proxied", proxied)):
     out[name] = sorted(t)
 print(json.dumps(out))
 """
-
-
-def pct(s, q):
-    return s[min(len(s) - 1, int(round((len(s) - 1) * q)))]
 
 
 def main():

@@ -13,13 +13,10 @@ import os
 import statistics
 import sys
 import time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from stats import pct  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "integration"))
-
-
-def pct(v, q):
-    s = sorted(v)
-    return s[min(len(s) - 1, int(round((len(s) - 1) * q)))]
 
 
 def main():
