@@ -112,9 +112,9 @@ def test_writable_exportable_and_size_caps(daemon):
         names = tarfile.open(fileobj=io.BytesIO(data)).getnames()
         assert "r.txt" in names and "in.txt" not in names, names
         # Every export is recorded: path, size and sha256.
-        log = daemon.logs()
-        records = [json.loads(line.split("cela: audit ", 1)[1]) for line in log.splitlines()
-                   if "cela: audit " in line and '"file_exported"' in line]
+        st, page, _ = daemon.request("GET", f"/v1/audit?limit=1000&session={sid}&kind=file_exported")
+        assert st == 200, page
+        records = [r["data"] for r in page["records"]]
         assert any(r["path"] == "/home/user/out/r.txt" and r["size"] == 7 and
                    r["sha256"] == hashlib.sha256(b"result\n").hexdigest() for r in records), records
         assert any(r["export"] == "archive" and r["sha256"] == hashlib.sha256(data).hexdigest()
