@@ -111,8 +111,9 @@ const RouteDoc create_session{
     .tag = "sessions",
     .summary = "Create a session; answers once its init is up and can run code",
     .description =
-        "Asking for network other than {\"mode\": \"none\"}, packages other than off, or "
-        "volumes answers policy_denied until those features land. `secrets` grants tenant secrets (an unknown "
+        "`network` allowlists open the egress door (docs/api.md \"Network (egress)\"); packages other than "
+        "off answer policy_denied until the package gateway lands. `volumes` mounts tenant volumes, `disk` "
+        "picks the writable layer. `secrets` grants tenant secrets (an unknown "
         "name is not_found): env mode for execs started while the grant lives, file mode as /run/secrets/NAME "
         "(0400, the sandbox user's, on a tmpfs of its own); every form of a granted value is redacted. "
         "`files` narrows the tenant's file policy (policy_denied when it would widen it). A dev-only template (`host`) answers "
