@@ -15,8 +15,7 @@ import sys
 import threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "integration"))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from stats import pct  # noqa: E402
+from stats import pct  # noqa: E402  (a script's own directory is on sys.path)
 
 INSIDE = r"""
 import json, socket, sys, threading, time

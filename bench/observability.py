@@ -19,8 +19,7 @@ import os
 import statistics
 import sys
 import time
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from stats import pct  # noqa: E402
+from stats import pct  # noqa: E402  (a script's own directory is on sys.path)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "integration"))
 
