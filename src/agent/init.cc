@@ -23,6 +23,7 @@
 #include <cstring>
 #include <map>
 
+#include "agent/exec_notify.h"
 #include "agent/protocol.h"
 #include "agent/rootfs.h"
 #include "agent/spawn.h"
@@ -244,7 +245,18 @@ void run_init(const InitConfig& config) {
   close_except(3, low - 1);
   close_except(low + 1, high - 1);
   close_except(high + 1, ~0U);
+  // Installed last, so none of init's own setup is watched; every exec forks from
+  // here and inherits it. Init keeps no copy of the listener: only the host answers.
+  // ready carries the execve listener first, then the door.
+  UniqueFd exec_listener;
+  if (config.exec_notify) {
+    auto listener = install_exec_notify_filter();
+    if (!listener) setup_failed(config.control_fd, listener.error());
+    exec_listener = std::move(*listener);
+    ready_fds.insert(ready_fds.begin(), exec_listener.get());
+  }
   if (auto r = send_message(config.control_fd, message(MessageType::ready), ready_fds); !r) ::_exit(1);
+  exec_listener.reset();
   door.reset();
   Init(config, signal_fd).serve();
 }
@@ -271,6 +283,7 @@ void run_init_reexec(int control_fd) {
     config.rootfs.pty_max = msg->body.at("pty_max").to_number<uint32_t>();
     if (auto* port = msg->body.if_contains("door_port")) config.door_port = port->to_number<uint16_t>();
     config.seccomp = &seccomp;
+    if (auto* n = msg->body.if_contains("exec_notify"); n && n->is_bool()) config.exec_notify = n->as_bool();
   } catch (const std::exception& e) {
     setup_failed(control_fd, Error{ErrorCode::internal, 0, std::string("bad config message: ") + e.what()});
   }

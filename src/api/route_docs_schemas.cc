@@ -196,10 +196,20 @@ json::value session_schema() {
        {"expires_at", nullable(timestamp())},
        {"metadata", string_map()},
        {"termination", nullable(ref("Termination"))},
-       {"startup_ms", nullable(integer_schema("wall time of the create"))},
+       {"startup_ms", nullable(integer_schema("wall time of the create (of the last reset, after one; a pool claim's is 0-1)"))},
+       {"disk", object_schema({{"kind", enum_schema({"disk", "memory"})}}, {"kind"},
+                              "the writable layer: an ext4 image of its own (disk) or a tmpfs (memory)")},
+       {"disk_used_bytes", nullable(integer_schema("bytes in use in the writable layer beyond an empty one"))},
+       {"disk_written_bytes",
+        nullable(integer_schema("bytes written to the writable layer's image since create (or the last reset); "
+                                "null for a memory layer (tmpfs keeps no such counter)"))},
+       {"volumes", array_of(ref("VolumeMount"))},
+       {"resets", integer_schema("POST .../reset calls so far (while the session is live)")},
+       {"auto_pause_s", integer_schema("idle seconds before the session pauses itself; 0 = never")},
+       {"auto_resume", boolean_schema("exec and file calls resume a paused session")},
        {"cleanup", ref("Cleanup")}},
       {"id", "state", "template", "limits", "network", "created_at", "ready_at", "expires_at",
-       "metadata", "termination", "startup_ms"},
+       "metadata", "termination", "startup_ms", "auto_pause_s", "auto_resume"},
       "a session; `cleanup` once it has been cleaned up");
 }
 
@@ -310,6 +320,11 @@ const json::object& component_schemas() {
          {"bytes_down", integer_schema()},
          {"duration_ms", integer_schema()}},
         {"at", "kind", "host", "ip", "port", "verdict", "rule", "reason", "bytes_up", "bytes_down", "duration_ms"});
+    s["NetworkCeiling"] = object_schema(
+        {{"allow", array_of(string_schema(), "rules a session's allow rules must fit inside")},
+         {"deny", array_of(string_schema(), "denied for every session of the tenant")}});
+    s["NetworkCeilingAnswer"] = object_schema({{"network_ceiling", nullable(ref("NetworkCeiling"))}},
+                                              {"network_ceiling"});
     s["EgressList"] = object_schema(
         {{"connections", array_of(ref("EgressConnection"), "oldest first")},
          {"next_cursor", nullable(string_schema("pass as ?cursor= for the next page"))}},
@@ -326,7 +341,28 @@ const json::object& component_schemas() {
                                   {"mounts_removed", boolean_schema()},
                                   {"upper_dir_freed", boolean_schema()},
                                   {"secrets_wiped", integer_schema()},
+                                  {"loop_detached",
+                                   boolean_schema("disk layer: its loop device is no longer bound to its image (the "
+                                                  "image, never linked, is gone with it)")},
+                                  {"disk_used_bytes", integer_schema("the writable layer's last reading")},
+                                  {"disk_written_bytes", integer_schema("the writable layer's last reading")},
+                                  {"volumes_released", integer_schema("volumes the session no longer holds")},
                                   {"error", string_schema("what could not be cleaned up")}});
+    s["VolumeMount"] = object_schema({{"name", string_schema("a volume of the caller's tenant")},
+                                      {"path", string_schema("absolute path inside; not /, /proc, /dev, /sys")},
+                                      {"read_only", boolean_schema("default false; one writer at a time")}},
+                                     {"name", "path"});
+    s["Volume"] = object_schema({{"name", string_schema()},
+                                 {"size_mb", integer_schema("the cap: writes past it fail with ENOSPC")},
+                                 {"created_at", timestamp()},
+                                 {"allocated_bytes", integer_schema("host disk the (sparse) image takes now")},
+                                 {"writer", nullable(string_schema("the session mounting it read-write"))},
+                                 {"readers", array_of(string_schema(), "sessions mounting it read-only")}},
+                                {"name", "size_mb", "created_at", "allocated_bytes", "writer", "readers"});
+    s["VolumeList"] = object_schema({{"volumes", array_of(ref("Volume"), "by name")}}, {"volumes"});
+    s["CreateVolume"] = object_schema({{"name", string_schema("1-63 of a-z 0-9 . _ -, starting with a letter or digit")},
+                                       {"size_mb", integer_schema("16 up to the server's volumes.max_size_mb")}},
+                                      {"name", "size_mb"});
     s["Session"] = session_schema();
     s["DeletedSession"] = json::object{
         {"allOf", json::array{ref("Session"), object_schema({{"cleanup", ref("Cleanup")}},
@@ -369,11 +405,51 @@ const json::object& component_schemas() {
          {"network", ref("NetworkRequest")},
          {"packages", ref("PackagesRequest")},
          {"secrets",
-          array_of(json::object{{"type", "object"}}, "refused (policy_denied) unless empty")},
-         {"volumes",
-          array_of(json::object{{"type", "object"}}, "refused (policy_denied) unless empty")},
-         {"pool", json::object{{"description", "accepted, not used yet"}}}},
+          array_of(object_schema({{"name", string_schema("a tenant secret (PUT /v1/secrets/{name})")},
+                                  {"as", enum_schema({"env", "file"}, "default env")},
+                                  {"env", string_schema("env mode: the variable; default the name")},
+                                  {"path", string_schema("file mode: /run/secrets/<file>; default /run/secrets/NAME")},
+                                  {"ttl_s", integer_schema("the grant ends after this; default the session's life")}},
+                                 {"name"}),
+                   "secret grants; an unknown name is not_found")},
+         {"files",
+          object_schema({{"writable", array_of(string_schema("DIR/**"), "upload paths")},
+                         {"exportable", array_of(string_schema("DIR/**"), "download and archive paths")},
+                         {"max_upload_mb", integer_schema()},
+                         {"max_export_mb", integer_schema()},
+                         {"scan_secrets", enum_schema({"refuse", "redact", "off"})}},
+                        {}, "file policy; narrows the tenant defaults (widening is policy_denied)")},
+         {"volumes", array_of(ref("VolumeMount"), "volumes of the tenant to mount (at most 8)")},
+         {"disk", object_schema({{"kind", enum_schema({"disk", "memory"})}}, {},
+                                "the writable layer; default: the server's disk.kind")},
+         {"pool", boolean_schema("default true: a create that matches a configured warm pool's shape "
+                                 "claims one of its ready sessions; false always boots a fresh one")},
+         {"auto_pause_s", integer_schema("pause the session after this many idle seconds (no exec "
+                                         "running, no call); 0 or absent: never")},
+         {"auto_resume", boolean_schema("an exec, stdin, kill or file call on a paused session "
+                                        "resumes it first (default false: 409 conflict)")}},
         {}, "every field optional");
+    s["PoolList"] = object_schema(
+        {{"pools",
+          array_of(object_schema(
+              {{"template", string_schema()},
+               {"size", integer_schema("sessions kept ready")},
+               {"limits", object_schema({{"cpus", number_schema()},
+                                         {"memory_mb", integer_schema()},
+                                         {"disk_mb", integer_schema()},
+                                         {"pids", integer_schema()}},
+                                        {"cpus", "memory_mb", "disk_mb", "pids"}, "the shape a create must ask for")},
+               {"ready", integer_schema("booted, never used, waiting for a claim")},
+               {"booting", integer_schema("refills in progress")},
+               {"hits", integer_schema("creates served from the pool")},
+               {"misses", integer_schema("creates of the pool's shape that found it empty")},
+               {"refill_ms_last", nullable(number_schema("boot time of the last pooled session"))},
+               {"refill_ms_p50", nullable(number_schema("median over the last 256 boots"))},
+               {"claim_ms_p50", nullable(number_schema("median claim time inside the daemon, last 256"))},
+               {"last_error", nullable(string_schema("why the last refill failed"))}},
+              {"template", "size", "limits", "ready", "booting", "hits", "misses", "refill_ms_last", "refill_ms_p50",
+               "claim_ms_p50", "last_error"}))}},
+        {"pools"});
     s["PatchSession"] = object_schema(
         {{"ttl_s", number_schema("the session lives this many more seconds")},
          {"network", object_schema({{"allow", array_of(string_schema())}, {"deny", array_of(string_schema())}}, {},

@@ -1,11 +1,12 @@
 // Egress (API.md "Network (egress)"): GET /v1/sessions/{id}/egress, the records of
 // every attempt through the session's door (session/egress.h writes them).
 #include <boost/json.hpp>
-#include <charconv>
 
+#include "api/json_body.h"
 #include "api/responder.h"
 #include "api/route_docs.h"
 #include "api/routes.h"
+#include "common/json_fields.h"
 
 namespace cela::api {
 namespace json = boost::json;
@@ -29,21 +30,24 @@ json::object render(const store::EgressRecord& e) {
                       {"duration_ms", e.duration_ms}};
 }
 
+json::value render(const std::optional<store::NetworkCeiling>& c) {
+  if (!c) return nullptr;
+  json::array allow, deny;
+  for (const auto& a : c->allow) allow.emplace_back(a);
+  for (const auto& d : c->deny) deny.emplace_back(d);
+  return json::object{{"allow", std::move(allow)}, {"deny", std::move(deny)}};
+}
+
 }  // namespace
 
 void add_egress_routes(RouteContext& ctx) {
   Router& r = ctx.server.router();
   auto& mgr = ctx.sessions;
   r.add(verb::get, "/v1/sessions/{id}/egress", docs::session_egress, [&](Request& req, Responder& res) {
-    store::PageRequest page;
-    if (auto l = req.query_value("limit")) {
-      auto [p, ec] = std::from_chars(l->data(), l->data() + l->size(), page.limit);
-      if (ec != std::errc() || p != l->data() + l->size() || page.limit < 1 || page.limit > 1000)
-        return res.error(ApiError::invalid_request("query `limit` must be 1..1000"));
-    }
-    if (auto c = req.query_value("cursor")) page.cursor = std::string(*c);
+    auto page = page_of(req);
+    if (!page) return res.error(page.error());
     std::string id(req.param("id"));
-    answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), id, page]() -> ApiResult<json::value> {
+    answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), id, page = *page]() -> ApiResult<json::value> {
       auto got = mgr.egress_records(caller, id, page);
       if (!got) return std::unexpected(from_error(got.error()).with_session(id));
       json::array items;
@@ -52,6 +56,44 @@ void add_egress_routes(RouteContext& ctx) {
                           {"next_cursor", got->second.empty() ? json::value(nullptr) : json::value(got->second)}};
     });
   });
+
+  // A tenant's network ceiling: read by its admins, set only by a host admin (a tenant
+  // admin must not raise its own ceiling).
+  r.add(verb::get, "/v1/tenants/{t}/network_ceiling", docs::get_network_ceiling, [&](Request& req, Responder& res) {
+    std::string t(req.param("t"));
+    if (auto ok = require_admin_of(req, t); !ok) return res.error(ok.error());
+    answer_blocking(ctx, res, 200, [&mgr, t]() -> ApiResult<json::value> {
+      auto c = mgr.network_ceiling(t);
+      if (!c) return std::unexpected(from_error(c.error()));
+      return json::object{{"network_ceiling", render(*c)}};
+    });
+  });
+  r.add(verb::put, "/v1/tenants/{t}/network_ceiling", docs::set_network_ceiling, [&](Request& req, Responder& res) {
+    std::string t(req.param("t"));
+    if (auto ok = require_host_admin(req); !ok) return res.error(ok.error());
+    auto body = parse_json_object(req.body);
+    if (!body) return res.error(body.error());
+    JsonFields f(*body);
+    if (auto ok = f.only({"allow", "deny"}); !ok) return res.error(ok.error());
+    auto allow = f.string_array("allow");
+    if (!allow) return res.error(allow.error());
+    auto deny = f.string_array("deny");
+    if (!deny) return res.error(deny.error());
+    store::NetworkCeiling c{allow->value_or(std::vector<std::string>{}), deny->value_or(std::vector<std::string>{})};
+    answer_blocking(ctx, res, 200, [&mgr, t, c]() -> ApiResult<json::value> {
+      if (auto w = mgr.set_network_ceiling(t, c); !w) return std::unexpected(from_error(w.error()));
+      return json::object{{"network_ceiling", render(std::optional(c))}};
+    });
+  });
+  r.add(verb::delete_, "/v1/tenants/{t}/network_ceiling", docs::delete_network_ceiling,
+        [&](Request& req, Responder& res) {
+          std::string t(req.param("t"));
+          if (auto ok = require_host_admin(req); !ok) return res.error(ok.error());
+          answer_blocking(ctx, res, 200, [&mgr, t]() -> ApiResult<json::value> {
+            if (auto w = mgr.set_network_ceiling(t, std::nullopt); !w) return std::unexpected(from_error(w.error()));
+            return json::object{{"network_ceiling", nullptr}};
+          });
+        });
 }
 
 }  // namespace cela::api

@@ -145,9 +145,10 @@ void add_session_routes(RouteContext& ctx) {
     if (auto s = req.query_value("state")) filter.state = std::string(*s);
     for (auto& [k, v] : req.query)
       if (k.starts_with("metadata.")) filter.metadata[k.substr(9)] = v;
-    auto page = page_of(req);
-    if (!page) return res.error(page.error());
-    answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), filter, page = *page]() -> ApiResult<json::value> {
+    auto paged = page_of(req);
+    if (!paged) return res.error(paged.error());
+    session::PageRequest page = *paged;
+    answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), filter, page]() -> ApiResult<json::value> {
       auto p = mgr.list(caller, filter, page);
       if (!p) return std::unexpected(from_error(p.error()));
       json::array items;
@@ -194,6 +195,16 @@ void add_session_routes(RouteContext& ctx) {
   r.add(verb::delete_, "/v1/sessions/{id}", docs::delete_session, [&](Request& req, Responder& res) {
     std::string id(req.param("id"));
     mgr.remove(caller_of(req), id, answer<session::SessionRecord>(res, 200, render_deleted, id));
+  });
+
+  r.add(verb::post, "/v1/sessions/{id}/pause", docs::pause_session, [&](Request& req, Responder& res) {
+    std::string id(req.param("id"));
+    mgr.pause(caller_of(req), id, answer<session::SessionRecord>(res, 200, render_session, id));
+  });
+
+  r.add(verb::post, "/v1/sessions/{id}/resume", docs::resume_session, [&](Request& req, Responder& res) {
+    std::string id(req.param("id"));
+    mgr.resume(caller_of(req), id, answer<session::SessionRecord>(res, 200, render_session, id));
   });
 
   r.add(verb::post, "/v1/sessions/{id}/execs", docs::start_exec, [&](Request& req, Responder& res) {

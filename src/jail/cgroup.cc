@@ -77,6 +77,14 @@ Result<std::optional<std::pair<uint32_t, uint32_t>>> whole_disk_of(const std::st
   return std::pair<uint32_t, uint32_t>{maj, min};
 }
 
+Result<void> Cgroup::freeze(bool frozen) {
+  if (auto r = request_freeze(frozen); !r) return r;
+  auto settled = cgroupfs::poll_until([&] { return freeze_settled(frozen); }, kFreezeTimeout);
+  if (!settled) return std::unexpected(settled.error());
+  if (!*settled) return fail(ErrorCode::system, "cgroup " + name() + ": freezer did not settle");
+  return {};
+}
+
 namespace cgroupfs {
 
 Result<uint64_t> cpu_quota_us(double cpus) {
@@ -244,18 +252,14 @@ Result<bool> cgroup2_kill(const std::string& dir) {
   return true;
 }
 
-Result<void> cgroup2_freeze(const std::string& dir, bool frozen) {
-  if (auto r = write_file(dir + "/cgroup.freeze", frozen ? "1" : "0"); !r) return r;
-  auto settled = poll_until(
-      [&]() -> Result<bool> {
-        auto state = read_key(dir + "/cgroup.events", "frozen");
-        if (!state) return std::unexpected(state.error());
-        return *state == (frozen ? 1 : 0);
-      },
-      kFreezeTimeout);
-  if (!settled) return std::unexpected(settled.error());
-  if (!*settled) return fail(ErrorCode::system, "cgroup " + dir + ": freezer did not settle");
-  return {};
+Result<void> cgroup2_request_freeze(const std::string& dir, bool frozen) {
+  return write_file(dir + "/cgroup.freeze", frozen ? "1" : "0");
+}
+
+Result<bool> cgroup2_frozen(const std::string& dir, bool frozen) {
+  auto state = read_key(dir + "/cgroup.events", "frozen");
+  if (!state) return std::unexpected(state.error());
+  return *state == (frozen ? 1 : 0);
 }
 
 CreatedDirs::~CreatedDirs() {

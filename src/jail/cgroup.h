@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -54,6 +55,9 @@ struct CgroupLimits {
   uint64_t pids = 0;          // 0 = unlimited
 };
 
+// How long freeze() waits for the kernel to report a freeze or a thaw.
+inline constexpr std::chrono::milliseconds kFreezeTimeout{1000};
+
 struct CgroupStats {
   uint64_t cpu_usage_ns = 0;
   uint64_t cpu_throttled_ns = 0;
@@ -90,10 +94,17 @@ class Cgroup {
   // SIGKILLs every process in the cgroup (cgroup.kill where it exists, else freeze,
   // signal, thaw — frozen tasks ignore SIGKILL until thawed).
   virtual Result<void> kill_all() = 0;
-  // Freezes (true) or thaws (false) every process in the cgroup and waits (bounded)
-  // until the kernel reports the new state. v1: the freezer hierarchy (or, on hybrid
-  // hosts without it, the unified node); v2: cgroup.freeze.
-  virtual Result<void> freeze(bool frozen) = 0;
+  // Freezes (true) or thaws (false) every process in the cgroup and waits (bounded by
+  // kFreezeTimeout, polling every millisecond) until the kernel reports the new state.
+  // v1: the freezer hierarchy (or, on hybrid hosts without it, the unified node); v2:
+  // cgroup.freeze. A thread that must not wait (the session reactor) uses the two
+  // halves below and polls on a timer instead.
+  Result<void> freeze(bool frozen);
+  // Writes the new state and returns at once (the kernel freezes asynchronously).
+  virtual Result<void> request_freeze(bool frozen) = 0;
+  // True once the kernel reports the state last requested: v1 freezer.state reads
+  // FROZEN / THAWED (not FREEZING), v2 cgroup.events says `frozen 1` / `frozen 0`.
+  virtual Result<bool> freeze_settled(bool frozen) const = 0;
   // kill_all, wait (bounded) until empty, rmdir in every hierarchy. Idempotent.
   virtual Result<void> destroy() = 0;
   // A child cgroup `name` (per-exec accounting and kill-all inside a session). It

@@ -29,7 +29,6 @@ using std::chrono::milliseconds;
 
 constexpr uint64_t kCpuPeriodUs = 100000;
 constexpr milliseconds kEmptyTimeout{2000};   // kill_all → no task left
-constexpr milliseconds kFreezeTimeout{1000};  // freeze requested → reported frozen
 constexpr milliseconds kRmdirTimeout{1000};   // rmdir retried while EBUSY
 
 // The CFS quota for `cpus` in µs per kCpuPeriodUs (at least 1000), 0 for unlimited.
@@ -70,8 +69,9 @@ Result<std::vector<std::string>> list_children(const std::string& dir);
 Result<bool> cgroup2_populated(const std::string& dir);
 // Writes "1" to cgroup.kill: false when the kernel has none (before 5.14).
 Result<bool> cgroup2_kill(const std::string& dir);
-// Writes cgroup.freeze and waits (kFreezeTimeout) until cgroup.events says so.
-Result<void> cgroup2_freeze(const std::string& dir, bool frozen);
+// Writes cgroup.freeze; cgroup2_frozen: whether cgroup.events reports `frozen` so.
+Result<void> cgroup2_request_freeze(const std::string& dir, bool frozen);
+Result<bool> cgroup2_frozen(const std::string& dir, bool frozen);
 
 // Directories made during a create(); removed again (best effort) unless committed.
 class CreatedDirs {

@@ -68,7 +68,8 @@ class CgroupV1 final : public Cgroup {
   Result<bool> populated() const override;
   Result<void> signal_all(int sig) override { return signal_tree(paths_.memory, sig); }
   Result<void> kill_all() override;
-  Result<void> freeze(bool frozen) override;
+  Result<void> request_freeze(bool frozen) override;
+  Result<bool> freeze_settled(bool frozen) const override;
   Result<void> destroy() override;
   Result<std::unique_ptr<Cgroup>> create_child(const std::string& name) override;
   int cgroup2_fd() const override { return unified_fd_.get(); }
@@ -212,24 +213,23 @@ Result<void> CgroupV1::kill_all() {
   return kill_until_empty();
 }
 
-Result<void> CgroupV1::freeze(bool frozen) {
-  if (!paths_.freezer.empty() && exists(paths_.freezer)) {
-    std::string state = paths_.freezer + "/freezer.state";
-    if (auto r = write_file(state, frozen ? "FROZEN" : "THAWED"); !r) return r;
-    auto settled = poll_until(
-        [&]() -> Result<bool> {
-          auto text = read_file(state);
-          if (!text) return std::unexpected(text.error());
-          return text->starts_with(frozen ? "FROZEN" : "THAWED");
-        },
-        kFreezeTimeout);
-    if (!settled) return std::unexpected(settled.error());
-    if (!*settled) return fail(ErrorCode::system, "cgroup " + name_ + ": freezer did not settle");
-    return {};
-  }
+Result<void> CgroupV1::request_freeze(bool frozen) {
+  if (!paths_.freezer.empty() && exists(paths_.freezer))
+    return write_file(paths_.freezer + "/freezer.state", frozen ? "FROZEN" : "THAWED");
   // Hybrid host without a v1 freezer: the controller-less cgroup2 node has
   // cgroup.freeze in every non-root cgroup.
-  if (!paths_.unified.empty()) return cgroup2_freeze(paths_.unified, frozen);
+  if (!paths_.unified.empty()) return cgroup2_request_freeze(paths_.unified, frozen);
+  return fail(ErrorCode::not_found, "cgroup " + name_ + ": no freezer on this host");
+}
+
+// freezer.state reads FREEZING until every task is frozen (and the children too).
+Result<bool> CgroupV1::freeze_settled(bool frozen) const {
+  if (!paths_.freezer.empty() && exists(paths_.freezer)) {
+    auto text = read_file(paths_.freezer + "/freezer.state");
+    if (!text) return std::unexpected(text.error());
+    return text->starts_with(frozen ? "FROZEN" : "THAWED");
+  }
+  if (!paths_.unified.empty()) return cgroup2_frozen(paths_.unified, frozen);
   return fail(ErrorCode::not_found, "cgroup " + name_ + ": no freezer on this host");
 }
 
@@ -275,6 +275,10 @@ Result<void> CgroupV1::destroy() {
     auto busy = populated();
     if (!busy || *busy) {
       if (auto r = kill_all(); !r) return r;
+      // A cgroup left frozen (a paused session; one whose daemon died while it was
+      // paused): v1 frozen tasks take the SIGKILL only once thawed.
+      if (!paths_.freezer.empty() && exists(paths_.freezer))
+        if (auto r = write_file(paths_.freezer + "/freezer.state", "THAWED"); !r) return r;
       if (auto r = wait_until_empty(*this, paths_.memory); !r) return r;
     }
     for (const std::string& dir : paths_.all) {

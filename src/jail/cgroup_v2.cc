@@ -62,7 +62,8 @@ class CgroupV2 final : public Cgroup {
   Result<bool> populated() const override { return cgroup2_populated(dir_); }
   Result<void> signal_all(int sig) override { return signal_tree(dir_, sig); }
   Result<void> kill_all() override;
-  Result<void> freeze(bool frozen) override;
+  Result<void> request_freeze(bool frozen) override { return cgroup2_request_freeze(dir_, frozen); }
+  Result<bool> freeze_settled(bool frozen) const override { return cgroup2_frozen(dir_, frozen); }
   Result<void> destroy() override;
   int cgroup2_fd() const override { return fd_.get(); }
   // For an adopted stale cgroup whose destroy() failure the caller already reports.
@@ -140,7 +141,6 @@ Result<void> CgroupV2::kill_all() {
   return freeze_kill_thaw();
 }
 
-Result<void> CgroupV2::freeze(bool frozen) { return cgroup2_freeze(dir_, frozen); }
 
 // Without cgroup.kill: freeze first so no task forks between listing cgroup.procs and
 // signalling it (a freeze that does not settle in time still gets the signals), then

@@ -80,6 +80,29 @@ Result<void> SessionManager::patch_network(Session& session, const PatchSpec& sp
   return {};
 }
 
+Result<std::optional<store::NetworkCeiling>> SessionManager::network_ceiling(const std::string& tenant_id) {
+  return store_.network_ceiling(tenant_id);
+}
+
+Result<void> SessionManager::set_network_ceiling(const std::string& tenant_id,
+                                                 const std::optional<store::NetworkCeiling>& ceiling) {
+  std::optional<net::RuleSet> rules;
+  if (ceiling) {
+    auto parsed = net::parse_rules(ceiling->allow, ceiling->deny);
+    if (!parsed) return std::unexpected(parsed.error());
+    rules = std::move(*parsed);
+  }
+  if (auto w = store_.set_network_ceiling(tenant_id, ceiling); !w) return w;
+  on_reactor([this, tenant_id, rules = std::move(rules)] {
+    for (auto& [id, s] : sessions_) {
+      if (!s->door || s->record.tenant_id != tenant_id) continue;
+      s->egress.ceiling = rules;
+      egress_->set_policy(id, s->egress);
+    }
+  });
+  return {};
+}
+
 Result<std::pair<std::vector<store::EgressRecord>, std::string>> SessionManager::egress_records(
     const Caller& caller, const std::string& session_id, const store::PageRequest& page) {
   if (auto s = get(caller, session_id); !s) return std::unexpected(s.error());

@@ -108,11 +108,23 @@ struct NetworkPolicy {
   bool operator==(const NetworkPolicy&) const = default;
 };
 
+// A volume mounted into a session (create body `volumes`).
+struct VolumeMountSpec {
+  std::string name;
+  std::string path;
+  bool read_only = false;
+  bool operator==(const VolumeMountSpec&) const = default;
+};
+
 // What of the accepted create request is kept (never secret values): what recovery
 // needs to re-adopt the session.
 struct KeptSpec {
   std::string template_name;
   bool allow_sudo = false;
+  std::string disk_kind;  // "disk" | "memory" ("" in records older than it)
+  std::vector<VolumeMountSpec> volumes;
+  uint64_t auto_pause_s = 0;  // pause after this many idle seconds; 0 = never
+  bool auto_resume = false;   // an exec or file call on a paused session resumes it
   bool operator==(const KeptSpec&) const = default;
 };
 
@@ -123,6 +135,11 @@ struct CleanupReport {
   bool mounts_removed = false;
   bool upper_dir_freed = false;
   uint64_t secrets_wiped = 0;
+  // The writable layer's last reading, and for a disk-backed one whether its loop
+  // device let go (its image was never linked: gone with its last reference).
+  std::optional<uint64_t> disk_used_bytes, disk_written_bytes;
+  std::optional<bool> loop_detached;
+  uint64_t volumes_released = 0;
   std::string error;  // "" when clean
   bool operator==(const CleanupReport&) const = default;
 };
@@ -149,6 +166,10 @@ struct SessionRecord {
   std::string termination_at;
   std::string termination_message;
   std::optional<CleanupReport> cleanup;  // unset until cleaned up
+  // Live readings of the writable layer (not stored: filled in by the session layer
+  // for a live session; an ended one's are in `cleanup`).
+  std::optional<uint64_t> disk_used_bytes, disk_written_bytes;
+  uint64_t resets = 0;  // POST …/reset calls so far (not stored)
 };
 
 
@@ -190,6 +211,20 @@ struct ExecRecord {
   bool partial = false;  // produced output, then failed
 };
 
+
+// ---- Secrets ----
+
+// A tenant secret as stored: the value only sealed (AES-256-GCM by the session layer,
+// session/secrets.h); the store never sees the plaintext.
+struct SecretRecord {
+  std::string tenant_id;
+  std::string name;
+  std::string sealed;      // base64 of nonce | ciphertext | tag
+  std::string set_by;      // the key id that set it, "local-root" for the unix socket
+  std::string created_at;  // when this value was set
+  std::string expires_at;  // "" = never
+  int64_t ttl_s = 0;       // 0 = none
+};
 
 // Where an exec's captured stream lives on disk; the session layer writes the bytes.
 struct OutputRecord {

@@ -479,3 +479,52 @@ def test_bad_network_requests_are_refused(daemon):
                          ({"mode": "allowlist", "extra": 1}, 400)):
         s, e, _ = daemon.request("POST", "/v1/sessions", {"template": "base", "network": body})
         assert s == status, (body, e)
+
+
+def test_tenant_ceiling_bounds_sessions_and_applies_live(daemon, servers):
+    hp = servers.port(servers.http)
+    status, tenants, _ = daemon.request("GET", "/v1/tenants")
+    tid = tenants["tenants"][0]["id"]
+    url = f"/v1/tenants/{tid}/network_ceiling"
+    get_allowed = f"curl -s --max-time 20 -w '\\n%{{http_code}}' http://allowed.test:{hp}/hello.txt"
+    try:
+        status, c, _ = daemon.request("PUT", url, {"allow": ["allowed.test:*", "*.example.org"], "deny": ["x.example.org"]})
+        assert status == 200, c
+        assert c["network_ceiling"] == {"allow": ["allowed.test:*", "*.example.org"], "deny": ["x.example.org"]}
+        for beyond in (["*"], ["other.test"], ["example.org"], ["x.example.org"]):
+            s, e, _ = daemon.request("POST", "/v1/sessions", {"template": "base",
+                                                              "network": {"mode": "allowlist", "allow": beyond}})
+            assert s == 403 and e["error"]["code"] == "policy_denied", (beyond, e)
+            assert "beyond the tenant's network ceiling" in e["error"]["message"], e
+        sid = session(daemon, allow=[f"allowed.test:{hp}"])
+        try:
+            assert sh(daemon, sid, get_allowed)["stdout"].endswith("\n200")
+            # PATCH beyond the ceiling is refused too.
+            s, e, _ = daemon.request("PATCH", f"/v1/sessions/{sid}", {"network": {"allow": ["*"]}})
+            assert s == 403, e
+            # Lowering the ceiling applies to the live session's next connection.
+            status, c, _ = daemon.request("PUT", url, {"allow": ["nothing.test"]})
+            assert status == 200, c
+            r = sh(daemon, sid, get_allowed)
+            assert r["stdout"] == f"cela: allowed.test:{hp} denied by tenant ceiling (no rule matches)\n\n403", r
+            status, c, _ = daemon.request("DELETE", url)
+            assert status == 200 and c["network_ceiling"] is None, c
+            assert sh(daemon, sid, get_allowed)["stdout"].endswith("\n200")
+        finally:
+            daemon.delete(sid)
+        # Only a host admin sets a ceiling; a tenant's own admin key may read it.
+        status, t2, _ = daemon.request("POST", "/v1/tenants", {"name": "egress-" + uuid.uuid4().hex[:8]})
+        assert status == 201, t2
+        status, k, _ = daemon.request("POST", f"/v1/tenants/{t2['id']}/keys", {"admin": True})
+        assert status == 201, k
+        s, e, _ = daemon.request("PUT", f"/v1/tenants/{t2['id']}/network_ceiling", {"allow": ["*:*"]}, tcp=True,
+                                 key=k["key"])
+        assert s == 403, e
+        s, c, _ = daemon.request("GET", f"/v1/tenants/{t2['id']}/network_ceiling", tcp=True, key=k["key"])
+        assert s == 200 and c == {"network_ceiling": None}, c
+        s, e, _ = daemon.request("GET", f"/v1/tenants/{tid}/network_ceiling", tcp=True, key=k["key"])
+        assert s == 404, e
+        s, e, _ = daemon.request("PUT", url, {"allow": ["bad rule!"]})
+        assert s == 400, e
+    finally:
+        daemon.request("DELETE", url)

@@ -411,6 +411,73 @@ TEST_F(CgroupV1Host, FreezeStopsTheProcessesAndThawResumesThem) {
   ::close(pipefd[0]);
 }
 
+// The halves a thread that must not wait uses: the request returns at once and the
+// kernel's report is read separately; a busy loop's CPU time stops moving while frozen.
+TEST_F(CgroupV1Host, RequestFreezeReturnsAtOnceAndSettledReportsTheKernelState) {
+  Cgroup& cg = create(*host_);
+  pid_t child = start_in(cg, [] {
+    volatile uint64_t spins = 0;
+    for (;;) spins = spins + 1;
+    return 0;
+  });
+  ASSERT_GT(child, 0);
+  ::usleep(50'000);
+  ASSERT_TRUE(cg.request_freeze(true));
+  bool settled = false;
+  for (int i = 0; i < 1000 && !settled; ++i) {
+    auto s = cg.freeze_settled(true);
+    ASSERT_TRUE(s) << s.error().message();
+    settled = *s;
+    if (!settled) ::usleep(1000);
+  }
+  ASSERT_TRUE(settled) << "the freezer never reported FROZEN";
+  auto before = cg.stats();
+  ASSERT_TRUE(before);
+  ::usleep(200'000);
+  auto after = cg.stats();
+  ASSERT_TRUE(after);
+  // A busy loop uses ~200 ms of CPU in this window when it runs; frozen, nothing.
+  EXPECT_LT(after->cpu_usage_ns - before->cpu_usage_ns, 5'000'000u) << "a frozen busy loop used CPU";
+  EXPECT_EQ(cg.freeze_settled(false), false);
+  ASSERT_TRUE(cg.request_freeze(false));
+  settled = false;
+  for (int i = 0; i < 1000 && !settled; ++i) {
+    auto s = cg.freeze_settled(false);
+    ASSERT_TRUE(s);
+    settled = *s;
+    if (!settled) ::usleep(1000);
+  }
+  ASSERT_TRUE(settled);
+  // Running again (on a loaded host it may take a while to get its CPU back).
+  uint64_t ran = 0;
+  for (int i = 0; i < 200 && ran < 20'000'000u; ++i) {
+    ::usleep(10'000);
+    auto resumed = cg.stats();
+    ASSERT_TRUE(resumed);
+    ran = resumed->cpu_usage_ns - after->cpu_usage_ns;
+  }
+  EXPECT_GE(ran, 20'000'000u) << "a thawed busy loop did not run";
+  ASSERT_TRUE(cg.kill_all());
+  EXPECT_TRUE(killed_by_sigkill(wait_exit(child)));
+}
+
+// A cgroup left frozen (a paused session, or one whose daemon died meanwhile) is still
+// removed: v1 frozen tasks take SIGKILL only once thawed.
+TEST_F(CgroupV1Host, DestroyOfAFrozenCgroupKillsItsTasks) {
+  Cgroup& cg = create(*host_);
+  pid_t child = start_in(cg, [] {
+    for (;;) ::pause();
+    return 0;
+  });
+  ASSERT_GT(child, 0);
+  auto frozen = cg.freeze(true);
+  ASSERT_TRUE(frozen) << frozen.error().message();
+  auto r = cg.destroy();
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_TRUE(killed_by_sigkill(wait_exit(child)));
+  for (const fs::path& d : dirs(cg.name())) EXPECT_FALSE(fs::exists(d)) << d;
+}
+
 TEST_F(CgroupV1Host, DestroyKillsWhatIsStillRunning) {
   Cgroup& cg = create(*host_);
   ReadySignal ready;

@@ -532,5 +532,23 @@ TEST_F(CgroupV2Fake, FreezeWritesCgroupFreezeAndWaitsForTheKernel) {
   put(node("s1") / "cgroup.events", "populated 1\nfrozen 0\n");
 }
 
+TEST_F(CgroupV2Fake, RequestFreezeWritesAtOnceAndSettledReadsCgroupEvents) {
+  auto cg = create("s1");
+  ASSERT_TRUE(cg);
+  put(node("s1") / "cgroup.events", "populated 1\nfrozen 0\n");
+  ASSERT_TRUE(cg->request_freeze(true));
+  EXPECT_EQ(slurp(node("s1") / "cgroup.freeze"), "1");
+  // Until the kernel reports it, the freeze has not settled.
+  EXPECT_EQ(cg->freeze_settled(true), false);
+  put(node("s1") / "cgroup.events", "populated 1\nfrozen 1\n");
+  EXPECT_EQ(cg->freeze_settled(true), true);
+  EXPECT_EQ(cg->freeze_settled(false), false);
+  ASSERT_TRUE(cg->request_freeze(false));
+  EXPECT_EQ(slurp(node("s1") / "cgroup.freeze"), "0");
+  EXPECT_EQ(cg->freeze_settled(false), false);
+  put(node("s1") / "cgroup.events", "populated 1\nfrozen 0\n");
+  EXPECT_EQ(cg->freeze_settled(false), true);
+}
+
 }  // namespace
 }  // namespace cela::jail
