@@ -20,16 +20,10 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from stats import pct  # noqa: E402  (a script's own directory is on sys.path)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "integration"))
 os.environ.setdefault("CELA_BIN", "build/cela")
-
-
-def pct(v, q):
-    s = sorted(v)
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def timed(fn):

@@ -11,13 +11,9 @@ import os
 import statistics
 import sys
 import time
+from stats import pct  # noqa: E402  (a script's own directory is on sys.path)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "integration"))
-
-
-def pct(v, q):
-    s = sorted(v)
-    return s[min(len(s) - 1, int(round((len(s) - 1) * q)))]
 
 
 def main():

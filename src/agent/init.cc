@@ -13,6 +13,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -22,6 +23,7 @@
 #include <cstring>
 #include <map>
 
+#include "agent/exec_notify.h"
 #include "agent/protocol.h"
 #include "agent/rootfs.h"
 #include "agent/spawn.h"
@@ -60,6 +62,24 @@ Result<void> loopback_up() {
   ::close(sock);
   if (rc != 0) return sys_fail("bring loopback up", err);
   return {};
+}
+
+// The egress door: a TCP listener on 127.0.0.1:port in this (the session's) network
+// namespace. It is created here, before any sandbox code runs, so nothing inside can
+// take the port first; init keeps no copy once the host has it.
+Result<UniqueFd> open_door(uint16_t port) {
+  UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!sock) return sys_fail("socket for the egress door");
+  int one = 1;
+  ::setsockopt(sock.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    return sys_fail("bind the egress door 127.0.0.1:" + std::to_string(port));
+  if (::listen(sock.get(), 256) != 0) return sys_fail("listen on the egress door");
+  return sock;
 }
 
 // Setup that needs only the id maps; runs while the host prepares the root filesystem.
@@ -198,14 +218,46 @@ void run_init(const InitConfig& config) {
   if (!go) ::_exit(1);
   if (auto r = setup_rootfs(config, std::move(*go)); !r) setup_failed(config.control_fd, r.error());
 
+  UniqueFd door;
+  if (config.door_port) {
+    auto opened = open_door(config.door_port);
+    if (!opened) setup_failed(config.control_fd, opened.error());
+    door = std::move(*opened);
+  }
+
   int signal_fd = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
   if (signal_fd < 0) setup_failed(config.control_fd, Error{ErrorCode::system, errno, "signalfd"});
-  // Only the control socket and the signalfd stay open in init.
+  std::vector<int> ready_fds;
+  if (door) ready_fds.push_back(door.get());
+  // Only the control socket and the signalfd stay open in init (the door goes with
+  // `ready`, then closes here too).
+  int keep_door = door.get();
   int low = std::min(config.control_fd, signal_fd), high = std::max(config.control_fd, signal_fd);
-  ::syscall(SYS_close_range, 3, low - 1, 0);
-  ::syscall(SYS_close_range, low + 1, high - 1, 0);
-  ::syscall(SYS_close_range, high + 1, ~0U, 0);
-  if (auto r = send_message(config.control_fd, message(MessageType::ready)); !r) ::_exit(1);
+  auto close_except = [&](unsigned from, unsigned to) {  // [from, to], sparing the door until it is sent
+    if (from > to) return;
+    if (keep_door >= 0 && unsigned(keep_door) >= from && unsigned(keep_door) <= to) {
+      if (unsigned(keep_door) > from) ::syscall(SYS_close_range, from, keep_door - 1, 0);
+      if (unsigned(keep_door) < to) ::syscall(SYS_close_range, keep_door + 1, to, 0);
+    } else {
+      ::syscall(SYS_close_range, from, to, 0);
+    }
+  };
+  close_except(3, low - 1);
+  close_except(low + 1, high - 1);
+  close_except(high + 1, ~0U);
+  // Installed last, so none of init's own setup is watched; every exec forks from
+  // here and inherits it. Init keeps no copy of the listener: only the host answers.
+  // ready carries the execve listener first, then the door.
+  UniqueFd exec_listener;
+  if (config.exec_notify) {
+    auto listener = install_exec_notify_filter();
+    if (!listener) setup_failed(config.control_fd, listener.error());
+    exec_listener = std::move(*listener);
+    ready_fds.insert(ready_fds.begin(), exec_listener.get());
+  }
+  if (auto r = send_message(config.control_fd, message(MessageType::ready), ready_fds); !r) ::_exit(1);
+  exec_listener.reset();
+  door.reset();
   Init(config, signal_fd).serve();
 }
 
@@ -229,7 +281,9 @@ void run_init_reexec(int control_fd) {
     config.hostname = std::string(msg->body.at("hostname").as_string());
     config.rootfs.shm_bytes = msg->body.at("shm_bytes").to_number<uint64_t>();
     config.rootfs.pty_max = msg->body.at("pty_max").to_number<uint32_t>();
+    if (auto* port = msg->body.if_contains("door_port")) config.door_port = port->to_number<uint16_t>();
     config.seccomp = &seccomp;
+    if (auto* n = msg->body.if_contains("exec_notify"); n && n->is_bool()) config.exec_notify = n->as_bool();
   } catch (const std::exception& e) {
     setup_failed(control_fd, Error{ErrorCode::internal, 0, std::string("bad config message: ") + e.what()});
   }

@@ -22,6 +22,14 @@ struct InitConfig {
   std::string hostname;
   RootfsSpec rootfs;
   const SeccompProgram* seccomp = nullptr;  // compiled by the host side before clone
+  // Watch every execve/execveat of the sandbox (agent/exec_notify.h): the listener
+  // goes to the host with `ready`.
+  bool exec_notify = false;
+  // The egress door (0 = none): init listens on 127.0.0.1:door_port inside the
+  // session's network namespace and hands the listening socket to the host with
+  // `ready`; the host's egress proxy accepts on it (net/egress_proxy.h). Init never
+  // touches a byte of that traffic.
+  uint16_t door_port = 0;
 };
 
 // Init's work once it has its config (run_init_reexec reads it).
@@ -30,7 +38,7 @@ struct InitConfig {
 // Entry of every init: the cloned child re-executes cela from the sealed init image
 // (jail/init_process.h) with argv = {kInitArgv0} and an empty environment, so nothing
 // of the host binary, its command line or its environment shows inside. The first
-// message on `control_fd` is `config` {hostname, shm_bytes, pty_max} carrying the seccomp
+// message on `control_fd` is `config` {hostname, shm_bytes, pty_max, door_port} carrying the seccomp
 // program as a sealed memfd (agent/seccomp_program.h).
 [[noreturn]] void run_init_reexec(int control_fd);
 

@@ -4,7 +4,8 @@
 // boundaries come from the kernel. Each message is a JSON object with a "type";
 // file descriptors travel alongside with SCM_RIGHTS (the exec's stdio pipe ends).
 //
-// host -> init:  config {hostname, shm_bytes, pty_max}  first, with the seccomp program (memfd)
+// host -> init:  config {hostname, shm_bytes, pty_max, exec_notify?, door_port}  first, with the
+//                                          seccomp program (memfd)
 //                maps {} + fds             id maps written: join the cgroups (fds),
 //                                          become ns root, set up namespaces
 //                rootfs {binds} + fds      the overlay and bind mounts to enter
@@ -13,7 +14,9 @@
 //                                          by writing "0" (per-exec cgroups)
 //                signal {id, signal}       signal an exec's process group
 //                shutdown {}               kill everything, exit
-// init -> host:  ready {}                  root is assembled, execs can start
+// init -> host:  ready {} [+ fds]          root is assembled, execs can start; with
+//                                          exec_notify, the execve listener (exec_notify.h),
+//                                          then with a door_port the door's listening socket
 //                setup_error {step, errno} setup failed; init exits
 //                started {id, pid} + fds [stdin write end, stdout read, stderr read]
 //                exec_error {id, step, errno}  the exec did not start (step: ExecStep)

@@ -128,6 +128,23 @@ Result<void> enter_rootfs(RootfsMounts mounts, const RootfsSpec& spec, const std
   if (auto r = mount_proc(staging); !r) return r;
   if (auto r = mount_dev(staging, spec.shm_bytes, spec.pty_max); !r) return r;
   if (auto r = ensure_dir(staging + "/tmp", 01777); !r) return r;
+  // /run/secrets: a small tmpfs of its own for secret files the daemon writes (session
+  // /secret_grants.h), so no secret lands on the writable layer. Mounted in every
+  // sandbox (a pooled one does not know its grants yet).
+  // Symlinks there (a snapshot's template may hold any) would resolve against the host's
+  // root at this point: then there is no /run/secrets, and file grants are refused.
+  auto plain_dir = [](const std::string& p) {
+    struct stat st {};
+    return ::lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  };
+  if (auto r = ensure_dir(staging + "/run", 0755); !r) return r;
+  if (plain_dir(staging + "/run"))
+    if (auto r = ensure_dir(staging + "/run/secrets", 0755); !r) return r;
+  if (plain_dir(staging + "/run") && plain_dir(staging + "/run/secrets"))
+    if (auto r = do_mount("tmpfs", staging + "/run/secrets", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                          "mode=0755,size=4m,nr_inodes=128", "mount /run/secrets");
+        !r)
+      return r;
 
   // pivot_root(".", ".") stacks the old root on top of the new one; detaching "."
   // then removes the old root (and every host mount under it) from this namespace.

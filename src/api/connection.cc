@@ -19,6 +19,7 @@
 #include "api/responder.h"
 #include "api/server_core.h"
 #include "api/stream_channel.h"
+#include "obs/catalog.h"
 
 namespace cela::api::detail {
 namespace asio = boost::asio;
@@ -579,6 +580,7 @@ void Connection::abort_body(const ApiError& why) {
 
 void Connection::reject(const ApiError& error, const Headers& extra) {
   if (request_id_.empty()) request_id_ = new_request_id();
+  obs::catalog::errors().add({error.code});
   if (error.status >= 500 || !error.log_detail.empty()) {
     log("request " + request_id_ + ": " + error.code + ": " +
         (error.log_detail.empty() ? error.message : error.log_detail));
@@ -626,6 +628,7 @@ void Connection::log_access(int status) {
   record.request_id = request_id_;
   record.method = method_;
   record.path = path_;
+  record.route = route_ ? std::string_view(route_->pattern) : std::string_view();
   record.status = status;
   record.duration = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - started_);

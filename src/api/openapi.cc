@@ -162,7 +162,9 @@ json::array tags() {
         std::pair{"sessions", "sandboxes: create, list, extend, terminate"},
         std::pair{"execs", "processes in a session: start, output (SSE), stdin, kill"},
         std::pair{"files", "files of a session, resolved inside its root"},
-        std::pair{"admin", "tenants and keys (admin key)"}})
+        std::pair{"admin", "tenants and keys (admin key)"},
+        std::pair{"audit", "the hash-chained audit log, tenant-scoped"},
+        std::pair{"secrets", "tenant secrets: set, list (names only), delete"}})
     out.push_back(json::object{{"name", name}, {"description", description}});
   return out;
 }

@@ -53,6 +53,11 @@ json::object render(const session::SessionRecord& s) {
     for (const auto& a : s.network.allow) allow.emplace_back(a);
     network["allow"] = std::move(allow);
   }
+  if (!s.network.deny.empty()) {
+    json::array deny;
+    for (const auto& d : s.network.deny) deny.emplace_back(d);
+    network["deny"] = std::move(deny);
+  }
   o["network"] = std::move(network);
   o["created_at"] = s.created_at;
   o["ready_at"] = text_or_null(s.ready_at);
@@ -60,6 +65,17 @@ json::object render(const session::SessionRecord& s) {
   o["metadata"] = std::move(metadata);
   o["termination"] = std::move(termination);
   o["startup_ms"] = int_or_null(s.startup_ms);
+  // The writable layer (records older than disk kinds had a tmpfs).
+  o["disk"] = json::object{{"kind", s.spec.disk_kind.empty() ? "memory" : s.spec.disk_kind}};
+  o["disk_used_bytes"] = s.disk_used_bytes ? json::value(*s.disk_used_bytes) : json::value(nullptr);
+  o["disk_written_bytes"] = s.disk_written_bytes ? json::value(*s.disk_written_bytes) : json::value(nullptr);
+  json::array volumes;
+  for (const auto& v : s.spec.volumes)
+    volumes.push_back(json::object{{"name", v.name}, {"path", v.path}, {"read_only", v.read_only}});
+  o["volumes"] = std::move(volumes);
+  o["resets"] = s.resets;
+  o["auto_pause_s"] = s.spec.auto_pause_s;
+  o["auto_resume"] = s.spec.auto_resume;
   if (s.cleanup) {
     const session::CleanupReport& c = *s.cleanup;
     json::object cleanup{{"cgroup_removed", c.cgroup_removed},
@@ -67,6 +83,10 @@ json::object render(const session::SessionRecord& s) {
                          {"upper_dir_freed", c.upper_dir_freed},
                          {"secrets_wiped", c.secrets_wiped}};
     if (c.processes_killed) cleanup["processes_killed"] = *c.processes_killed;  // unknown after a restart
+    if (c.loop_detached) cleanup["loop_detached"] = *c.loop_detached;
+    if (c.disk_used_bytes) cleanup["disk_used_bytes"] = *c.disk_used_bytes;
+    if (c.disk_written_bytes) cleanup["disk_written_bytes"] = *c.disk_written_bytes;
+    cleanup["volumes_released"] = c.volumes_released;
     if (!c.error.empty()) cleanup["error"] = c.error;
     o["cleanup"] = std::move(cleanup);
   }
@@ -102,6 +122,20 @@ json::object render(const session::ExecRecord& e) {
   o["output_truncated"] = e.output_truncated;
   o["partial"] = e.partial;
   return o;
+}
+
+json::object render(const session::PackageInstallRecord& i) {
+  return json::object{{"at", i.at},
+                      {"manager", i.manager},
+                      {"name", i.name},
+                      {"version", i.version.empty() ? json::value(nullptr) : json::value(i.version)},
+                      {"registry", i.registry},
+                      {"sha256", i.sha256.empty() ? json::value(nullptr) : json::value(i.sha256)},
+                      {"size", i.size},
+                      {"verdict", i.verdict},
+                      {"rule", i.rule},
+                      {"reason", i.reason.empty() ? json::value(nullptr) : json::value(i.reason)},
+                      {"cache", i.cache_hit ? "hit" : "miss"}};
 }
 
 json::object render(const session::TenantRecord& t) {

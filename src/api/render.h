@@ -20,6 +20,7 @@ boost::json::object render(const session::SessionLimits& limits);
 boost::json::object render(const session::SessionRecord& session);
 boost::json::object render(const session::ExecRecord& exec);
 boost::json::object render(const session::TenantRecord& tenant);
+boost::json::object render(const session::PackageInstallRecord& install);
 
 // A file name or path as API.md wants it: o[key] is the text; when `bytes` are not
 // UTF-8, o[key] is their display form (U+FFFD for each bad byte) and o[key + "_b64"]

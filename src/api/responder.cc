@@ -1,4 +1,5 @@
 #include "api/responder.h"
+#include "obs/catalog.h"
 
 #include <boost/json/serialize.hpp>
 
@@ -55,6 +56,7 @@ void Responder::json(int status, const boost::json::value& body, Headers extra) 
 }
 
 void Responder::error(const ApiError& e) {
+  obs::catalog::errors().add({e.code});
   if (e.status >= 500 || !e.log_detail.empty()) {
     log_via(connection_, "request " + request_.request_id + ": " + e.code + ": " +
                              (e.log_detail.empty() ? e.message : e.log_detail));

@@ -111,8 +111,12 @@ const RouteDoc create_session{
     .tag = "sessions",
     .summary = "Create a session; answers once its init is up and can run code",
     .description =
-        "Asking for network other than {\"mode\": \"none\"}, packages other than off, secrets or "
-        "volumes answers policy_denied until those features land. A dev-only template (`host`) answers "
+        "`network` allowlists open the egress door (docs/api.md \"Network (egress)\"); packages other than "
+        "off answer policy_denied until the package gateway lands. `volumes` mounts tenant volumes, `disk` "
+        "picks the writable layer. `secrets` grants tenant secrets (an unknown "
+        "name is not_found): env mode for execs started while the grant lives, file mode as /run/secrets/NAME "
+        "(0400, the sandbox user's, on a tmpfs of its own); every form of a granted value is redacted. "
+        "`files` narrows the tenant's file policy (policy_denied when it would widen it). A dev-only template (`host`) answers "
         "forbidden unless the daemon runs in dev mode and the caller is local root on the unix socket. "
         "capacity_exceeded (503) also when the "
         "memory, pids or open files granted to live sessions plus this one would pass what the host has "
@@ -151,14 +155,72 @@ const RouteDoc get_session{
     .errors = {"not_found"},
 };
 
+const RouteDoc session_packages{
+    .operation_id = "listSessionPackages",
+    .tag = "sessions",
+    .summary = "The session's package install attempts through the gateway",
+    .description = "Every file a package manager asked the gateway for, and every package it refused by name, "
+                   "oldest first; also after the session ended.",
+    .params = {session_id(),
+               query_param("limit", bounded(integer_schema(), 1, 1000), "page size"),
+               query_param("cursor", string_schema(), "next_cursor of the previous page")},
+    .responses = {json_response(200, "one page", ref("PackageInstallList"))},
+    .errors = {"not_found"},
+};
+
 const RouteDoc patch_session{
     .operation_id = "patchSession",
     .tag = "sessions",
-    .summary = "Change a live session: ttl_s (it lives that many more seconds)",
+    .summary = "Change a live session: ttl_s (it lives that many more seconds), network allow/deny",
+    .description = "`network` replaces the egress rules of a session created with mode allowlist, for new "
+                   "connections (open tunnels keep running); rules beyond the tenant's ceiling are policy_denied, "
+                   "a session without network is conflict.",
     .params = {session_id()},
     .body = {json_body(ref("PatchSession"), true)},
     .responses = {json_response(200, "the session", ref("Session"))},
-    .errors = {"not_found", "gone", "policy_denied"},
+    .errors = {"not_found", "gone", "policy_denied", "conflict", "invalid_request"},
+};
+
+const RouteDoc session_egress{
+    .operation_id = "listSessionEgress",
+    .tag = "sessions",
+    .summary = "Every connection attempt through the session's egress door, oldest first",
+    .description = "One entry per CONNECT, SOCKS5 connection, plain-HTTP request or internal-service request: "
+                   "host, the address dialled (or refused), port, verdict, the rule that decided, bytes each way.",
+    .params = {session_id(), query_param("limit", bounded(integer_schema(), 1, 1000), "page size (default 100)"),
+               query_param("cursor", string_schema(), "next_cursor of the previous page")},
+    .responses = {json_response(200, "the attempts", ref("EgressList"))},
+    .errors = {"not_found", "invalid_request"},
+};
+
+const RouteDoc get_network_ceiling{
+    .operation_id = "getNetworkCeiling",
+    .tag = "tenants",
+    .summary = "A tenant's network ceiling (null: none); its admins and host admins",
+    .params = {path_param("t", "tenant id")},
+    .responses = {json_response(200, "the ceiling", ref("NetworkCeilingAnswer"))},
+    .errors = {"forbidden", "not_found"},
+};
+
+const RouteDoc set_network_ceiling{
+    .operation_id = "setNetworkCeiling",
+    .tag = "tenants",
+    .summary = "Set a tenant's network ceiling (host admin only)",
+    .description = "Its sessions' allow rules must fit inside it (beyond it: policy_denied at create and PATCH); "
+                   "both must allow every connection, and a change applies to live sessions' new connections at once.",
+    .params = {path_param("t", "tenant id")},
+    .body = {json_body(ref("NetworkCeiling"), true)},
+    .responses = {json_response(200, "the ceiling", ref("NetworkCeilingAnswer"))},
+    .errors = {"forbidden", "not_found", "invalid_request"},
+};
+
+const RouteDoc delete_network_ceiling{
+    .operation_id = "deleteNetworkCeiling",
+    .tag = "tenants",
+    .summary = "Remove a tenant's network ceiling (host admin only)",
+    .params = {path_param("t", "tenant id")},
+    .responses = {json_response(200, "no ceiling", ref("NetworkCeilingAnswer"))},
+    .errors = {"forbidden", "not_found"},
 };
 
 const RouteDoc delete_session{
@@ -170,6 +232,43 @@ const RouteDoc delete_session{
     .responses = {json_response(200, "the final record with the cleanup report",
                                 ref("DeletedSession"))},
     .errors = {"not_found"},
+};
+
+const RouteDoc pause_session{
+    .operation_id = "pauseSession",
+    .tag = "sessions",
+    .summary = "Freeze every process of the session; idempotent",
+    .description = "Answers once the kernel reports the session frozen (state `paused`): it uses no CPU and "
+                   "keeps its memory, files and processes. The TTL keeps running; the idle clock and exec "
+                   "timeouts stop. While paused, exec, stdin, kill and file calls answer 409 `conflict`, "
+                   "unless the session was created with `auto_resume`, which resumes it first.",
+    .params = {session_id()},
+    .responses = {json_response(200, "the session, state `paused`", ref("Session"))},
+    .errors = {"not_found", "gone", "internal"},
+};
+
+const RouteDoc resume_session{
+    .operation_id = "resumeSession",
+    .tag = "sessions",
+    .summary = "Thaw a paused session; idempotent",
+    .description = "Answers once the kernel reports the session thawed (state `ready`). The idle clock starts "
+                   "again from now; exec timeouts go on with what was left of them.",
+    .params = {session_id()},
+    .responses = {json_response(200, "the session, state `ready`", ref("Session"))},
+    .errors = {"not_found", "gone", "internal"},
+};
+
+// ---- warm pools (routes_pools.cc) ----
+
+const RouteDoc list_pools{
+    .operation_id = "listPools",
+    .tag = "admin",
+    .summary = "Warm pools from the config: ready sessions, hits, misses, refill and claim times (host admin)",
+    .description = "A create whose template and cpus, memory_mb, disk_mb and pids equal a pool's claims one "
+                   "of its ready sessions (a hit) unless it says `\"pool\": false`; one that finds the pool "
+                   "empty boots cold (a miss). Pooled sessions hold host capacity like live ones.",
+    .responses = {json_response(200, "the pools, in config order", ref("PoolList"))},
+    .errors = {"forbidden"},
 };
 
 // ---- execs (routes_sessions.cc) ----
@@ -262,24 +361,30 @@ const RouteDoc write_file{
         "The body is streamed into the session and charged to it (its disk and memory "
         "limits apply). A Content-Length over the upload limit or over what the session has "
         "free is answered 413 before the body is read (without 100 Continue when the client "
-        "sent Expect: 100-continue). A write that runs out of room is 413 and leaves no file.",
+        "sent Expect: 100-continue). A write that runs out of room is 413 and leaves no file. "
+        "policy_denied outside the session's writable paths (`files.writable`); forbidden where the "
+        "sandbox user may not write (the directory's permissions, a sticky directory).",
     .params = {session_id(), file_path("the file to write"), file_path_b64(),
                query_param("mode", string_schema("octal, e.g. 0644 (at most 07777)"),
                            "permission bits"),
                query_flag("parents", "create missing parent directories")},
     .body = {raw_body("application/octet-stream", "the file's bytes")},
     .responses = {json_response(201, "written", ref("FileWritten"))},
-    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+    .errors = {"not_found", "gone", "forbidden", "policy_denied", "payload_too_large"},
 };
 
 const RouteDoc read_file{
     .operation_id = "readFile",
     .tag = "files",
     .summary = "Download a file",
+    .description = "Only from the session's exportable paths (`files.exportable`; a final symlink is not "
+                   "followed there) and up to `files.max_export_mb` (else policy_denied, 413). A file holding a "
+                   "granted secret is refused (policy_denied) or redacted per `files.scan_secrets`. Every "
+                   "download is recorded (path, size, sha256).",
     .params = {session_id(), file_path("the file to read"), file_path_b64()},
     .responses = {ResponseDoc{
         200, "the file's bytes", {ContentDoc{"application/octet-stream", binary()}}, {}}},
-    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+    .errors = {"not_found", "gone", "forbidden", "policy_denied", "payload_too_large"},
 };
 
 const RouteDoc stat_file{
@@ -295,7 +400,7 @@ const RouteDoc stat_file{
          HeaderDoc{"X-Cela-Mtime-Ms", "mtime, milliseconds since the epoch", integer_schema()},
          HeaderDoc{"X-Cela-Type", "file, dir, symlink or other",
                    enum_schema({"file", "dir", "symlink", "other"})}}}},
-    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+    .errors = {"not_found", "gone", "forbidden", "policy_denied", "payload_too_large"},
 };
 
 const RouteDoc delete_file{
@@ -305,7 +410,7 @@ const RouteDoc delete_file{
     .params = {session_id(), file_path("the path to delete"), file_path_b64(),
                query_flag("recursive", "delete a directory and everything in it")},
     .responses = {empty_response(204, "deleted")},
-    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+    .errors = {"not_found", "gone", "forbidden", "policy_denied", "payload_too_large"},
 };
 
 const RouteDoc list_dir{
@@ -317,7 +422,7 @@ const RouteDoc list_dir{
                query_param("depth", bounded(integer_schema(), 1, 64),
                            "levels to descend; default 1")},
     .responses = {json_response(200, "the entries", ref("DirListing"))},
-    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+    .errors = {"not_found", "gone", "forbidden", "policy_denied", "payload_too_large"},
 };
 
 const RouteDoc make_dir{
@@ -327,7 +432,7 @@ const RouteDoc make_dir{
     .params = {session_id()},
     .body = {json_body(ref("MkdirRequest"), true)},
     .responses = {json_response(201, "created", ref("PathResult"))},
-    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+    .errors = {"not_found", "gone", "forbidden", "policy_denied", "payload_too_large"},
 };
 
 const RouteDoc move_path{
@@ -337,7 +442,7 @@ const RouteDoc move_path{
     .params = {session_id()},
     .body = {json_body(ref("MoveRequest"), true)},
     .responses = {json_response(200, "moved", ref("MoveResult"))},
-    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+    .errors = {"not_found", "gone", "forbidden", "policy_denied", "payload_too_large"},
 };
 
 const RouteDoc export_archive{
@@ -350,7 +455,7 @@ const RouteDoc export_archive{
     .params = {session_id(), file_path("the directory to export"), file_path_b64()},
     .responses = {ResponseDoc{
         200, "a tar of the directory", {ContentDoc{"application/x-tar", binary()}}, {}}},
-    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+    .errors = {"not_found", "gone", "forbidden", "policy_denied", "payload_too_large"},
 };
 
 const RouteDoc import_archive{
@@ -363,7 +468,7 @@ const RouteDoc import_archive{
     .params = {session_id(), file_path("the directory to extract into"), file_path_b64()},
     .body = {raw_body("application/x-tar", "a tar archive")},
     .responses = {json_response(200, "extracted", ref("ArchiveImported"))},
-    .errors = {"not_found", "gone", "forbidden", "payload_too_large"},
+    .errors = {"not_found", "gone", "forbidden", "policy_denied", "payload_too_large"},
 };
 
 }  // namespace cela::api::docs

@@ -60,6 +60,11 @@ ResponseDoc empty_response(int status, std::string description);
 
 // ---- the routes (in routes_admin.cc, routes_sessions.cc, routes_files.cc) ----
 extern const RouteDoc healthz;
+// route_docs_observe.cc
+extern const RouteDoc prometheus_metrics;
+extern const RouteDoc session_metrics;
+extern const RouteDoc session_events;
+extern const RouteDoc list_audit;
 extern const RouteDoc readyz;
 extern const RouteDoc openapi;
 extern const RouteDoc create_tenant;
@@ -70,14 +75,22 @@ extern const RouteDoc get_tenant;
 extern const RouteDoc create_session;
 extern const RouteDoc list_sessions;
 extern const RouteDoc get_session;
+extern const RouteDoc session_packages;
 extern const RouteDoc patch_session;
 extern const RouteDoc delete_session;
+extern const RouteDoc pause_session;
+extern const RouteDoc resume_session;
+extern const RouteDoc list_pools;
 extern const RouteDoc start_exec;
 extern const RouteDoc run_exec;
 extern const RouteDoc get_exec;
 extern const RouteDoc exec_output;
 extern const RouteDoc write_stdin;
 extern const RouteDoc kill_exec;
+extern const RouteDoc session_egress;
+extern const RouteDoc get_network_ceiling;
+extern const RouteDoc set_network_ceiling;
+extern const RouteDoc delete_network_ceiling;
 
 // ---- templates (routes_templates.cc; docs in route_docs_templates.cc) ----
 extern const RouteDoc list_templates;
@@ -97,6 +110,17 @@ extern const RouteDoc make_dir;
 extern const RouteDoc move_path;
 extern const RouteDoc export_archive;
 extern const RouteDoc import_archive;
+
+// route_docs_secrets.cc
+extern const RouteDoc put_secret;
+extern const RouteDoc list_secrets;
+extern const RouteDoc delete_secret;
+// route_docs_storage.cc (routes_storage.cc)
+extern const RouteDoc reset_session;
+extern const RouteDoc create_volume;
+extern const RouteDoc list_volumes;
+extern const RouteDoc get_volume;
+extern const RouteDoc delete_volume;
 
 }  // namespace docs
 }  // namespace cela::api

@@ -196,10 +196,20 @@ json::value session_schema() {
        {"expires_at", nullable(timestamp())},
        {"metadata", string_map()},
        {"termination", nullable(ref("Termination"))},
-       {"startup_ms", nullable(integer_schema("wall time of the create"))},
+       {"startup_ms", nullable(integer_schema("wall time of the create (of the last reset, after one; a pool claim's is 0-1)"))},
+       {"disk", object_schema({{"kind", enum_schema({"disk", "memory"})}}, {"kind"},
+                              "the writable layer: an ext4 image of its own (disk) or a tmpfs (memory)")},
+       {"disk_used_bytes", nullable(integer_schema("bytes in use in the writable layer beyond an empty one"))},
+       {"disk_written_bytes",
+        nullable(integer_schema("bytes written to the writable layer's image since create (or the last reset); "
+                                "null for a memory layer (tmpfs keeps no such counter)"))},
+       {"volumes", array_of(ref("VolumeMount"))},
+       {"resets", integer_schema("POST .../reset calls so far (while the session is live)")},
+       {"auto_pause_s", integer_schema("idle seconds before the session pauses itself; 0 = never")},
+       {"auto_resume", boolean_schema("exec and file calls resume a paused session")},
        {"cleanup", ref("Cleanup")}},
       {"id", "state", "template", "limits", "network", "created_at", "ready_at", "expires_at",
-       "metadata", "termination", "startup_ms"},
+       "metadata", "termination", "startup_ms", "auto_pause_s", "auto_resume"},
       "a session; `cleanup` once it has been cleaned up");
 }
 
@@ -287,8 +297,38 @@ const json::object& component_schemas() {
     s["Limits"] = limits_schema(true);
     s["LimitsRequest"] = limits_schema(false);
     s["Network"] = object_schema(
-        {{"mode", enum_schema({"none", "allowlist"})}, {"allow", array_of(string_schema())}},
+        {{"mode", enum_schema({"none", "allowlist"})},
+         {"allow", array_of(string_schema())},
+         {"deny", array_of(string_schema())}},
         {"mode"});
+    s["NetworkRequest"] = object_schema(
+        {{"mode", enum_schema({"none", "allowlist"}, "none (default): no network; allowlist: the egress door")},
+         {"allow", array_of(string_schema(), "host, *.domain, *, IP literal or CIDR, optional :port or :*")},
+         {"deny", array_of(string_schema(), "same syntax; deny wins")}},
+        {}, "egress policy (API.md \"Network (egress)\")");
+    // routes_egress.cc, from store::EgressRecord.
+    s["EgressConnection"] = object_schema(
+        {{"at", timestamp()},
+         {"kind", enum_schema({"connect", "http", "socks", "service"})},
+         {"host", string_schema()},
+         {"ip", nullable(string_schema("the address dialled or refused"))},
+         {"port", integer_schema()},
+         {"verdict", enum_schema({"allowed", "denied"})},
+         {"rule", nullable(string_schema("what decided"))},
+         {"reason", nullable(string_schema())},
+         {"bytes_up", integer_schema()},
+         {"bytes_down", integer_schema()},
+         {"duration_ms", integer_schema()}},
+        {"at", "kind", "host", "ip", "port", "verdict", "rule", "reason", "bytes_up", "bytes_down", "duration_ms"});
+    s["NetworkCeiling"] = object_schema(
+        {{"allow", array_of(string_schema(), "rules a session's allow rules must fit inside")},
+         {"deny", array_of(string_schema(), "denied for every session of the tenant")}});
+    s["NetworkCeilingAnswer"] = object_schema({{"network_ceiling", nullable(ref("NetworkCeiling"))}},
+                                              {"network_ceiling"});
+    s["EgressList"] = object_schema(
+        {{"connections", array_of(ref("EgressConnection"), "oldest first")},
+         {"next_cursor", nullable(string_schema("pass as ?cursor= for the next page"))}},
+        {"connections", "next_cursor"});
     s["Termination"] = object_schema(
         {{"reason", string_schema("deleted, ttl_expired, idle_timeout, init_died, daemon_restart, "
                                   "daemon_shutdown, start_failed, ...")},
@@ -301,7 +341,28 @@ const json::object& component_schemas() {
                                   {"mounts_removed", boolean_schema()},
                                   {"upper_dir_freed", boolean_schema()},
                                   {"secrets_wiped", integer_schema()},
+                                  {"loop_detached",
+                                   boolean_schema("disk layer: its loop device is no longer bound to its image (the "
+                                                  "image, never linked, is gone with it)")},
+                                  {"disk_used_bytes", integer_schema("the writable layer's last reading")},
+                                  {"disk_written_bytes", integer_schema("the writable layer's last reading")},
+                                  {"volumes_released", integer_schema("volumes the session no longer holds")},
                                   {"error", string_schema("what could not be cleaned up")}});
+    s["VolumeMount"] = object_schema({{"name", string_schema("a volume of the caller's tenant")},
+                                      {"path", string_schema("absolute path inside; not /, /proc, /dev, /sys")},
+                                      {"read_only", boolean_schema("default false; one writer at a time")}},
+                                     {"name", "path"});
+    s["Volume"] = object_schema({{"name", string_schema()},
+                                 {"size_mb", integer_schema("the cap: writes past it fail with ENOSPC")},
+                                 {"created_at", timestamp()},
+                                 {"allocated_bytes", integer_schema("host disk the (sparse) image takes now")},
+                                 {"writer", nullable(string_schema("the session mounting it read-write"))},
+                                 {"readers", array_of(string_schema(), "sessions mounting it read-only")}},
+                                {"name", "size_mb", "created_at", "allocated_bytes", "writer", "readers"});
+    s["VolumeList"] = object_schema({{"volumes", array_of(ref("Volume"), "by name")}}, {"volumes"});
+    s["CreateVolume"] = object_schema({{"name", string_schema("1-63 of a-z 0-9 . _ -, starting with a letter or digit")},
+                                       {"size_mb", integer_schema("16 up to the server's volumes.max_size_mb")}},
+                                      {"name", "size_mb"});
     s["Session"] = session_schema();
     s["DeletedSession"] = json::object{
         {"allOf", json::array{ref("Session"), object_schema({{"cleanup", ref("Cleanup")}},
@@ -310,25 +371,89 @@ const json::object& component_schemas() {
         {{"sessions", array_of(ref("Session"), "newest first")},
          {"next_cursor", nullable(string_schema("pass as ?cursor= for the next page"))}},
         {"sessions", "next_cursor"});
+    s["PackagesRequest"] = object_schema(
+        {{"mode", enum_schema({"off", "offline", "gateway"})},
+         {"registries", array_of(enum_schema({"pypi", "npm", "debian"}), "within the tenant's")},
+         {"allow", array_of(string_schema("pypi:requests==2.*, npm:lodash@^4, debian:curl"))},
+         {"deny", array_of(string_schema("wins over allow and lock"))},
+         {"lock", string_map("pypi:NAME==V, npm:NAME@V, debian:NAME=V -> sha256:<hex>")},
+         {"min_age_days", integer_schema()},
+         {"max_download_mb", integer_schema()}},
+        {}, "the package gateway; mode off (the default) refuses every install with a message");
+    s["PackageInstall"] = object_schema(
+        {{"at", timestamp()},
+         {"manager", enum_schema({"pypi", "npm", "debian"})},
+         {"name", string_schema()},
+         {"version", nullable(string_schema("null for a refusal by name"))},
+         {"registry", string_schema("the upstream's origin")},
+         {"sha256", nullable(string_schema())},
+         {"size", integer_schema()},
+         {"verdict", enum_schema({"allowed", "denied", "failed"})},
+         {"rule", string_schema("what decided: allow …, deny …, lock …, min_age_days N, …")},
+         {"reason", nullable(string_schema())},
+         {"cache", enum_schema({"hit", "miss"})}},
+        {"at", "manager", "name", "version", "registry", "sha256", "size", "verdict", "rule", "reason", "cache"});
+    s["PackageInstallList"] = object_schema(
+        {{"installs", array_of(ref("PackageInstall"), "oldest first")},
+         {"next_cursor", nullable(string_schema("pass as ?cursor= for the next page"))}},
+        {"installs", "next_cursor"});
     s["CreateSession"] = object_schema(
         {{"template", string_schema("template name; default from the config")},
          {"limits", ref("LimitsRequest")},
          {"env", string_map()},
          {"metadata", string_map("filterable with ?metadata.K=V")},
-         {"network", object_schema({{"mode", enum_schema({"none", "allowlist"})}}, {},
-                                   "only mode none for now", false)},
-         {"packages", object_schema({{"mode", enum_schema({"off", "offline", "gateway"})}}, {},
-                                    "only mode off for now", false)},
+         {"network", ref("NetworkRequest")},
+         {"packages", ref("PackagesRequest")},
          {"secrets",
-          array_of(json::object{{"type", "object"}}, "refused (policy_denied) unless empty")},
-         {"volumes",
-          array_of(json::object{{"type", "object"}}, "refused (policy_denied) unless empty")},
-         {"pool", json::object{{"description", "accepted, not used yet"}}}},
+          array_of(object_schema({{"name", string_schema("a tenant secret (PUT /v1/secrets/{name})")},
+                                  {"as", enum_schema({"env", "file"}, "default env")},
+                                  {"env", string_schema("env mode: the variable; default the name")},
+                                  {"path", string_schema("file mode: /run/secrets/<file>; default /run/secrets/NAME")},
+                                  {"ttl_s", integer_schema("the grant ends after this; default the session's life")}},
+                                 {"name"}),
+                   "secret grants; an unknown name is not_found")},
+         {"files",
+          object_schema({{"writable", array_of(string_schema("DIR/**"), "upload paths")},
+                         {"exportable", array_of(string_schema("DIR/**"), "download and archive paths")},
+                         {"max_upload_mb", integer_schema()},
+                         {"max_export_mb", integer_schema()},
+                         {"scan_secrets", enum_schema({"refuse", "redact", "off"})}},
+                        {}, "file policy; narrows the tenant defaults (widening is policy_denied)")},
+         {"volumes", array_of(ref("VolumeMount"), "volumes of the tenant to mount (at most 8)")},
+         {"disk", object_schema({{"kind", enum_schema({"disk", "memory"})}}, {},
+                                "the writable layer; default: the server's disk.kind")},
+         {"pool", boolean_schema("default true: a create that matches a configured warm pool's shape "
+                                 "claims one of its ready sessions; false always boots a fresh one")},
+         {"auto_pause_s", integer_schema("pause the session after this many idle seconds (no exec "
+                                         "running, no call); 0 or absent: never")},
+         {"auto_resume", boolean_schema("an exec, stdin, kill or file call on a paused session "
+                                        "resumes it first (default false: 409 conflict)")}},
         {}, "every field optional");
+    s["PoolList"] = object_schema(
+        {{"pools",
+          array_of(object_schema(
+              {{"template", string_schema()},
+               {"size", integer_schema("sessions kept ready")},
+               {"limits", object_schema({{"cpus", number_schema()},
+                                         {"memory_mb", integer_schema()},
+                                         {"disk_mb", integer_schema()},
+                                         {"pids", integer_schema()}},
+                                        {"cpus", "memory_mb", "disk_mb", "pids"}, "the shape a create must ask for")},
+               {"ready", integer_schema("booted, never used, waiting for a claim")},
+               {"booting", integer_schema("refills in progress")},
+               {"hits", integer_schema("creates served from the pool")},
+               {"misses", integer_schema("creates of the pool's shape that found it empty")},
+               {"refill_ms_last", nullable(number_schema("boot time of the last pooled session"))},
+               {"refill_ms_p50", nullable(number_schema("median over the last 256 boots"))},
+               {"claim_ms_p50", nullable(number_schema("median claim time inside the daemon, last 256"))},
+               {"last_error", nullable(string_schema("why the last refill failed"))}},
+              {"template", "size", "limits", "ready", "booting", "hits", "misses", "refill_ms_last", "refill_ms_p50",
+               "claim_ms_p50", "last_error"}))}},
+        {"pools"});
     s["PatchSession"] = object_schema(
         {{"ttl_s", number_schema("the session lives this many more seconds")},
-         {"network",
-          json::object{{"type", "object"}, {"description", "refused (policy_denied) for now"}}}});
+         {"network", object_schema({{"allow", array_of(string_schema())}, {"deny", array_of(string_schema())}}, {},
+                                   "the egress rules of new connections (a session created with mode allowlist)")}});
 
     s["ExecRequest"] = exec_request_schema();
     s["ExecStarted"] = object_schema(

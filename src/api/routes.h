@@ -19,6 +19,11 @@ struct RouteContext {
 void add_session_routes(RouteContext& ctx);
 void add_file_routes(RouteContext& ctx);
 void add_admin_routes(RouteContext& ctx);
+void add_pool_routes(RouteContext& ctx);  // routes_pools.cc
+void add_observe_routes(RouteContext& ctx);  // routes_observe.cc: metrics, events, audit
+void add_egress_routes(RouteContext& ctx);
+void add_secret_routes(RouteContext& ctx);  // routes_secrets.cc
+void add_storage_routes(RouteContext& ctx);  // routes_storage.cc: volumes, reset
 void add_template_routes(RouteContext& ctx);  // routes_templates.cc
 // All of the above, in the daemon's order: the one table served and described by
 // GET /v1/openapi.json (cela serve, the OpenAPI tests).
@@ -34,6 +39,14 @@ session::Caller caller_of(const Request& request);
 // on success) or the error object.
 void answer_blocking(RouteContext& ctx, Responder& res, int status,
                      std::function<ApiResult<boost::json::value>()> work);
+// Admin checks: an admin key; a host admin key; tenant `t` is managed by a host admin
+// or by an admin key of that same tenant (to a tenant admin another tenant does not
+// exist: not_found, as for every other resource).
+ApiResult<void> require_admin(const Request& req);
+ApiResult<void> require_host_admin(const Request& req);
+ApiResult<void> require_admin_of(const Request& req, std::string_view tenant_id);
+// `?limit=` (1..1000, default 100) and `?cursor=` of a paged list.
+ApiResult<store::PageRequest> page_of(const Request& request);
 // Routes that take raw uploads (files, archives, stdin): the larger body limit.
 RouteOptions upload_options(const RouteContext& ctx);
 

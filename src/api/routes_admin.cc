@@ -22,26 +22,6 @@ RouteOptions public_options() {
   return o;
 }
 
-ApiResult<void> require_admin(const Request& req) {
-  if (!req.principal || !req.principal->admin)
-    return api_fail(ApiError::forbidden("an admin key is required"));
-  return {};
-}
-
-ApiResult<void> require_host_admin(const Request& req) {
-  if (auto ok = require_admin(req); !ok) return ok;
-  if (!req.principal->host_admin) return api_fail(ApiError::forbidden("a host admin key is required"));
-  return {};
-}
-
-// Tenant `t` is managed by a host admin, or by an admin key of that same tenant. To a
-// tenant admin another tenant does not exist (not_found, as for every other resource).
-ApiResult<void> require_admin_of(const Request& req, std::string_view tenant_id) {
-  if (auto ok = require_admin(req); !ok) return ok;
-  if (req.principal->host_admin || req.principal->tenant_id == tenant_id) return {};
-  return api_fail(ApiError::not_found("no tenant " + std::string(tenant_id)));
-}
-
 // POST /v1/tenants body: {name, quotas: {max_sessions, max_memory_mb, max_cpus}};
 // quotas not given take the config's defaults.
 struct TenantSpec {

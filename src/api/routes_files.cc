@@ -12,6 +12,7 @@
 #include "api/route_docs.h"
 #include "api/routes.h"
 #include "common/encoding.h"
+#include "common/sha256.h"
 
 namespace cela::api {
 namespace json = boost::json;
@@ -223,9 +224,11 @@ void add_file_routes(RouteContext& ctx) {
   r.add(verb::get, "/v1/sessions/{id}/files", docs::read_file, [&ctx](Request& req, Responder& res) {
     auto path = path_param(req);
     if (!path) return res.error(path.error());
-    with_fs(ctx, res, req, [path = *path](session::SessionFs& fs, Responder& out) {
+    with_fs(ctx, res, req, [&ctx, caller = caller_of(req), id = std::string(req.param("id")),
+                            path = *path](session::SessionFs& fs, Responder& out) {
       auto data = fs.read_file(path);
       if (!data) return fail_with(out, data.error());
+      ctx.sessions.record_export(caller, id, "file", path, data->size(), sha256_hex(*data));
       out.raw(200, "application/octet-stream", std::move(*data));
     });
   });
@@ -312,19 +315,37 @@ void add_file_routes(RouteContext& ctx) {
   r.add(verb::get, "/v1/sessions/{id}/archive", docs::export_archive, [&ctx](Request& req, Responder& res) {
     auto path = path_param(req);
     if (!path) return res.error(path.error());
-    with_fs(ctx, res, req, [path = *path](session::SessionFs& fs, Responder& out) {
+    with_fs(ctx, res, req, [&ctx, caller = caller_of(req), id = std::string(req.param("id")),
+                            path = *path](session::SessionFs& fs, Responder& out) {
       // Fail before the first byte when the directory is missing.
       auto st = fs.stat(path);
       if (!st) return fail_with(out, st.error());
       if (st->type != "dir") return out.error(ApiError::invalid_request("`path` must be a directory"));
+      // Policy answers (outside the exportable paths, too large, a secret inside) come
+      // before the first byte: a dry run first when the session has secrets to scan for.
+      if (fs.has_export_filter()) {
+        auto dry = fs.export_tar(path, [](std::string_view) -> Result<void> { return {}; });
+        if (!dry) return fail_with(out, dry.error());
+      } else if (auto top = fs.export_tar(path, nullptr); !top && top.error().code == ErrorCode::policy_denied) {
+        return fail_with(out, top.error());
+      }
       auto writer = out.start_chunked(200, "application/x-tar");
       if (!writer) return;
+      Sha256 hash;
+      uint64_t size = 0;
       auto r = fs.export_tar(path, [&](std::string_view chunk) -> Result<void> {
+        hash.update(chunk);
+        size += chunk.size();
         if (!writer->write(chunk)) return fail(ErrorCode::system, "client went away");
         return {};
       });
-      if (r) writer->finish();
-      else writer->abort();  // a truncated tar must not look complete
+      if (r) {
+        // Recorded before the last chunk: a client that has the whole tar finds the record.
+        ctx.sessions.record_export(caller, id, "archive", path, size, hash.hex_final());
+        writer->finish();
+      } else {
+        writer->abort();  // a truncated tar must not look complete
+      }
     });
   });
 

@@ -107,6 +107,20 @@ json::object output_json(const session::ExecOutput& out) {
 
 }  // namespace
 
+namespace {
+// `?limit=` (1..1000) and `?cursor=` of a listing.
+std::expected<session::PageRequest, ApiError> page_of(Request& req) {
+  session::PageRequest page;
+  if (auto l = req.query_value("limit")) {
+    auto [p, ec] = std::from_chars(l->data(), l->data() + l->size(), page.limit);
+    if (ec != std::errc() || p != l->data() + l->size() || page.limit < 1 || page.limit > 1000)
+      return std::unexpected(ApiError::invalid_request("query `limit` must be 1..1000"));
+  }
+  if (auto c = req.query_value("cursor")) page.cursor = std::string(*c);
+  return page;
+}
+}  // namespace
+
 void add_session_routes(RouteContext& ctx) {
   Router& r = ctx.server.router();
   auto& mgr = ctx.sessions;
@@ -131,13 +145,9 @@ void add_session_routes(RouteContext& ctx) {
     if (auto s = req.query_value("state")) filter.state = std::string(*s);
     for (auto& [k, v] : req.query)
       if (k.starts_with("metadata.")) filter.metadata[k.substr(9)] = v;
-    session::PageRequest page;
-    if (auto l = req.query_value("limit")) {
-      auto [p, ec] = std::from_chars(l->data(), l->data() + l->size(), page.limit);
-      if (ec != std::errc() || p != l->data() + l->size() || page.limit < 1 || page.limit > 1000)
-        return res.error(ApiError::invalid_request("query `limit` must be 1..1000"));
-    }
-    if (auto c = req.query_value("cursor")) page.cursor = std::string(*c);
+    auto paged = page_of(req);
+    if (!paged) return res.error(paged.error());
+    session::PageRequest page = *paged;
     answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), filter, page]() -> ApiResult<json::value> {
       auto p = mgr.list(caller, filter, page);
       if (!p) return std::unexpected(from_error(p.error()));
@@ -158,6 +168,21 @@ void add_session_routes(RouteContext& ctx) {
                     });
   });
 
+  r.add(verb::get, "/v1/sessions/{id}/packages", docs::session_packages, [&](Request& req, Responder& res) {
+    auto page = page_of(req);
+    if (!page) return res.error(page.error());
+    answer_blocking(ctx, res, 200,
+                    [&mgr, caller = caller_of(req), id = std::string(req.param("id")), page = *page]() -> ApiResult<json::value> {
+                      auto p = mgr.package_installs(caller, id, page);
+                      if (!p) return std::unexpected(from_error(p.error()).with_session(id));
+                      json::array items;
+                      for (auto& rec : p->records) items.push_back(render(rec));
+                      json::object out{{"installs", std::move(items)}};
+                      out["next_cursor"] = p->next_cursor.empty() ? json::value(nullptr) : json::value(p->next_cursor);
+                      return out;
+                    });
+  });
+
   r.add(verb::patch, "/v1/sessions/{id}", docs::patch_session, [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());
@@ -170,6 +195,16 @@ void add_session_routes(RouteContext& ctx) {
   r.add(verb::delete_, "/v1/sessions/{id}", docs::delete_session, [&](Request& req, Responder& res) {
     std::string id(req.param("id"));
     mgr.remove(caller_of(req), id, answer<session::SessionRecord>(res, 200, render_deleted, id));
+  });
+
+  r.add(verb::post, "/v1/sessions/{id}/pause", docs::pause_session, [&](Request& req, Responder& res) {
+    std::string id(req.param("id"));
+    mgr.pause(caller_of(req), id, answer<session::SessionRecord>(res, 200, render_session, id));
+  });
+
+  r.add(verb::post, "/v1/sessions/{id}/resume", docs::resume_session, [&](Request& req, Responder& res) {
+    std::string id(req.param("id"));
+    mgr.resume(caller_of(req), id, answer<session::SessionRecord>(res, 200, render_session, id));
   });
 
   r.add(verb::post, "/v1/sessions/{id}/execs", docs::start_exec, [&](Request& req, Responder& res) {

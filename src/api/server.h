@@ -60,6 +60,7 @@ struct AccessRecord {
   std::string_view request_id;
   std::string_view method;
   std::string_view path;
+  std::string_view route;  // the matched route's pattern ("/v1/sessions/{id}"); "" when none matched
   int status = 0;
   std::chrono::milliseconds duration{0};  // header read to answer written
   Transport transport = Transport::tcp;

@@ -6,6 +6,9 @@
 #include <cstdio>
 
 #include "api/json_body.h"
+#include "session/packages.h"
+#include "session/file_policy.h"
+#include "session/secrets.h"
 
 namespace cela::api {
 namespace json = boost::json;
@@ -44,13 +47,124 @@ Result<std::vector<std::string>> env_of(const JsonFields& f) {
   return out;
 }
 
+// `secrets: [{name, as, env, path, ttl_s}]` (API.md "Secrets").
+Result<std::vector<session::SecretGrantSpec>> parse_secret_grants(const JsonFields& f, uint64_t max_ttl) {
+  std::vector<session::SecretGrantSpec> out;
+  auto list = f.array("secrets");
+  if (!list) return std::unexpected(list.error());
+  if (!*list) return out;
+  if ((*list)->size() > 64) return std::unexpected(f.invalid("secrets", "at most 64 grants"));
+  for (const auto& v : **list) {
+    if (!v.is_object()) return std::unexpected(f.invalid("secrets", "must be an array of objects"));
+    JsonFields g(v.get_object(), "secrets[]");
+    if (auto ok = g.only({"name", "as", "env", "path", "ttl_s"}); !ok) return std::unexpected(ok.error());
+    session::SecretGrantSpec grant;
+    auto name = g.require_string("name");
+    if (!name) return std::unexpected(name.error());
+    if (auto ok = session::check_secret_name(*name); !ok) return std::unexpected(ok.error());
+    grant.name = *name;
+    auto as = g.string("as");
+    if (!as) return std::unexpected(as.error());
+    std::string mode = as->value_or("env");
+    if (mode != "env" && mode != "file") return std::unexpected(g.invalid("as", "must be \"env\" or \"file\""));
+    grant.as_file = mode == "file";
+    auto env = g.string("env");
+    if (!env) return std::unexpected(env.error());
+    auto path = g.string("path");
+    if (!path) return std::unexpected(path.error());
+    if (grant.as_file) {
+      if (*env) return std::unexpected(g.invalid("env", "is for grants with \"as\": \"env\""));
+      std::string p = path->value_or(std::string(session::kSecretsDir) + "/" + grant.name);
+      std::string prefix = std::string(session::kSecretsDir) + "/";
+      std::string file = p.starts_with(prefix) ? p.substr(prefix.size()) : "";
+      if (file.empty() || file.find('/') != std::string::npos || file == "." || file == ".." ||
+          file.find('\0') != std::string::npos || file.size() > 255)
+        return std::unexpected(g.invalid("path", "must be a file directly in /run/secrets"));
+      grant.path = p;
+    } else {
+      if (*path) return std::unexpected(g.invalid("path", "is for grants with \"as\": \"file\""));
+      grant.env = env->value_or(grant.name);
+      if (grant.env.empty() || grant.env.find('=') != std::string::npos ||
+          grant.env.find('\0') != std::string::npos)
+        return std::unexpected(g.invalid("env", "must be a variable name"));
+    }
+    auto ttl = g.integer("ttl_s");
+    if (!ttl) return std::unexpected(ttl.error());
+    if (*ttl) {
+      if (**ttl < 1 || static_cast<uint64_t>(**ttl) > max_ttl)
+        return std::unexpected(g.invalid("ttl_s", "must be 1.." + std::to_string(max_ttl)));
+      grant.ttl_s = static_cast<uint64_t>(**ttl);
+    }
+    for (const auto& other : out)
+      if ((grant.as_file && other.as_file && other.path == grant.path) ||
+          (!grant.as_file && !other.as_file && other.env == grant.env))
+        return std::unexpected(f.invalid("secrets", "grants twice to the same " +
+                                                        std::string(grant.as_file ? "path" : "variable")));
+    out.push_back(std::move(grant));
+  }
+  return out;
+}
+
+// Where a volume may be shown: an absolute, normalised path that is not the root nor
+// inside the kernel's or init's own mounts.
+bool volume_path_ok(const std::string& p) {
+  if (p.size() < 2 || p.size() > 255 || p[0] != '/' || p.back() == '/') return false;
+  if (p.find('\0') != std::string::npos || p.find("//") != std::string::npos) return false;
+  for (size_t at = 0; at != std::string::npos;) {
+    size_t next = p.find('/', at + 1);
+    std::string part = p.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1);
+    if (part == "." || part == "..") return false;
+    at = next;
+  }
+  for (const char* kernel : {"/proc", "/dev", "/sys"})
+    if (p == kernel || p.starts_with(std::string(kernel) + "/")) return false;
+  return true;
+}
+
+constexpr size_t kMaxVolumes = 8;
+
+Result<std::vector<session::VolumeMountSpec>> parse_volume_mounts(const JsonFields& f) {
+  std::vector<session::VolumeMountSpec> out;
+  auto a = f.array("volumes");
+  if (!a) return std::unexpected(a.error());
+  if (!*a) return out;
+  if ((*a)->size() > kMaxVolumes)
+    return std::unexpected(f.invalid("volumes", "holds at most " + std::to_string(kMaxVolumes) + " volumes"));
+  for (size_t i = 0; i < (*a)->size(); ++i) {
+    const json::value& item = (**a)[i];
+    std::string where = "volumes[" + std::to_string(i) + "]";
+    if (!item.is_object()) return std::unexpected(Error{ErrorCode::invalid_argument, 0, "field `" + where + "` must be an object"});
+    JsonFields v(item.as_object(), where);
+    if (auto ok = v.only({"name", "path", "read_only"}); !ok) return std::unexpected(ok.error());
+    session::VolumeMountSpec m;
+    auto name = v.require_string("name");
+    if (!name) return std::unexpected(name.error());
+    auto path = v.require_string("path");
+    if (!path) return std::unexpected(path.error());
+    auto ro = v.boolean("read_only");
+    if (!ro) return std::unexpected(ro.error());
+    m.name = *name;
+    m.path = *path;
+    m.read_only = ro->value_or(false);
+    if (!volume_path_ok(m.path))
+      return std::unexpected(v.invalid("path", "must be an absolute, normalised path other than / and not under "
+                                               "/proc, /dev or /sys"));
+    for (const auto& other : out) {
+      if (other.path == m.path) return std::unexpected(v.invalid("path", "is used twice"));
+      if (other.name == m.name) return std::unexpected(v.invalid("name", "is mounted twice"));
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<session::CreateSessionSpec> parse_create_session(const json::object& body,
                                                            const session::DaemonConfig& c) {
   JsonFields f(body);
   if (auto ok = f.only({"template", "limits", "env", "secrets", "network", "packages", "volumes", "metadata", "pool",
-                        "allow_sudo"});
+                        "allow_sudo", "files", "disk", "auto_pause_s", "auto_resume"});
       !ok)
     return std::unexpected(ok.error());
   session::CreateSessionSpec s;
@@ -97,31 +211,72 @@ Result<session::CreateSessionSpec> parse_create_session(const json::object& body
   s.allow_sudo = *sudo;
   auto pool = f.boolean("pool");
   if (!pool) return std::unexpected(pool.error());
+  s.use_pool = pool->value_or(true);
+  auto pause_after = f.number("auto_pause_s");
+  if (!pause_after) return std::unexpected(pause_after.error());
+  if (*pause_after) {
+    double v = **pause_after;
+    if (v < 0 || v != std::floor(v) || v > static_cast<double>(c.maxima.ttl_s))
+      return std::unexpected(f.invalid("auto_pause_s", "must be a whole number of seconds, 0 (never) to " +
+                                                           std::to_string(c.maxima.ttl_s)));
+    s.auto_pause_s = static_cast<uint64_t>(v);
+  }
+  auto resume = f.boolean("auto_resume");
+  if (!resume) return std::unexpected(resume.error());
+  s.auto_resume = resume->value_or(false);
 
   // Seams for the egress proxy, package gateway, secrets and volumes: until they
   // exist, asking for them is refused by policy rather than silently ignored.
   auto network = f.object("network");
   if (!network) return std::unexpected(network.error());
   if (*network) {
-    auto mode = (*network)->string("mode");
+    // Shapes here; the rules themselves are checked by the session layer (net/policy.h).
+    const JsonFields& n = **network;
+    if (auto ok = n.only({"mode", "allow", "deny"}); !ok) return std::unexpected(ok.error());
+    auto mode = n.string("mode");
     if (!mode) return std::unexpected(mode.error());
-    if (*mode && **mode != "none")
-      return std::unexpected(Error{ErrorCode::policy_denied, 0, "network mode other than `none` is not available on this server"});
+    s.network.mode = mode->value_or("none");
+    if (s.network.mode != "none" && s.network.mode != "allowlist")
+      return std::unexpected(n.invalid("mode", "must be \"none\" or \"allowlist\""));
+    auto allow = n.string_array("allow");
+    if (!allow) return std::unexpected(allow.error());
+    auto deny = n.string_array("deny");
+    if (!deny) return std::unexpected(deny.error());
+    if (*allow) s.network.allow = std::move(**allow);
+    if (*deny) s.network.deny = std::move(**deny);
+    if (s.network.mode == "none" && (!s.network.allow.empty() || !s.network.deny.empty()))
+      return std::unexpected(n.invalid("allow", "needs mode \"allowlist\""));
   }
   auto packages = f.object("packages");
   if (!packages) return std::unexpected(packages.error());
   if (*packages) {
-    auto mode = (*packages)->string("mode");
-    if (!mode) return std::unexpected(mode.error());
-    if (*mode && **mode != "off")
-      return std::unexpected(Error{ErrorCode::policy_denied, 0, "package mode other than `off` is not available on this server"});
+    auto asked = session::parse_package_request(**packages);
+    if (!asked) return std::unexpected(asked.error());
+    s.packages = std::move(*asked);
   }
-  for (const char* k : {"secrets", "volumes"}) {
-    auto a = f.array(k);
-    if (!a) return std::unexpected(a.error());
-    if (*a && !(*a)->empty())
-      return std::unexpected(Error{ErrorCode::policy_denied, 0, std::string(k) + " are not available on this server"});
+  auto grants = parse_secret_grants(f, c.maxima.ttl_s);
+  if (!grants) return std::unexpected(grants.error());
+  s.secrets = std::move(*grants);
+  auto files = f.object("files");
+  if (!files) return std::unexpected(files.error());
+  if (*files) {
+    auto policy = session::parse_file_policy(**files, c.files, /*narrow=*/true);
+    if (!policy) return std::unexpected(policy.error());
+    s.files = std::move(*policy);
   }
+  auto disk = f.object("disk");
+  if (!disk) return std::unexpected(disk.error());
+  if (*disk) {
+    if (auto ok = (*disk)->only({"kind"}); !ok) return std::unexpected(ok.error());
+    auto kind = (*disk)->string("kind");
+    if (!kind) return std::unexpected(kind.error());
+    if (*kind && **kind != "disk" && **kind != "memory")
+      return std::unexpected((*disk)->invalid("kind", "must be \"disk\" or \"memory\""));
+    s.disk_kind = *kind;
+  }
+  auto volumes = parse_volume_mounts(f);
+  if (!volumes) return std::unexpected(volumes.error());
+  s.volumes = std::move(*volumes);
   return s;
 }
 
@@ -212,9 +367,19 @@ Result<session::PatchSpec> parse_patch(const json::object& body) {
   for (auto& kv : body)
     if (kv.key() != "ttl_s" && kv.key() != "network")
       return std::unexpected(Error{ErrorCode::invalid_argument, 0, "field `" + std::string(kv.key()) + "` cannot be changed"});
-  if (body.contains("network"))
-    return std::unexpected(Error{ErrorCode::policy_denied, 0, "network allowlists are not available on this server"});
   session::PatchSpec p;
+  auto network = f.object("network");
+  if (!network) return std::unexpected(network.error());
+  if (*network) {
+    const JsonFields& n = **network;
+    if (auto ok = n.only({"allow", "deny"}); !ok) return std::unexpected(ok.error());
+    auto allow = n.string_array("allow");
+    if (!allow) return std::unexpected(allow.error());
+    auto deny = n.string_array("deny");
+    if (!deny) return std::unexpected(deny.error());
+    p.network_allow = std::move(*allow);
+    p.network_deny = std::move(*deny);
+  }
   auto ttl = f.number("ttl_s");
   if (!ttl) return std::unexpected(ttl.error());
   if (*ttl) {

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <string_view>
 
+#include "cli/audit_cmd.h"
 #include "cli/client_cmds.h"
 #include "cli/run_cmd.h"
 #include "cli/serve_cmd.h"
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
   cela::cli::add_template_commands(app, exit_code);
   cela::cli::add_serve_command(app, exit_code);
   cela::cli::add_client_commands(app, exit_code);
+  cela::cli::add_audit_commands(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -83,6 +83,8 @@ Result<Plan> make_plan(const RunOptions& o, const rootfs::Template& tmpl) {
   p.spec.rootfs.layers = tmpl.layers;
   for (const auto& b : tmpl.binds) p.spec.rootfs.binds.emplace_back(b.source, b.target);
   p.spec.disk_bytes = *disk;
+  // A one-shot run keeps its writable layer in a tmpfs (no disk pool outside a daemon).
+  p.spec.disk_kind = runtime::DiskKind::memory;
   p.spec.limits = {*memory, o.cpus, o.pids};
   p.timeout_ms = static_cast<uint64_t>(timeout->count());
 

@@ -13,9 +13,14 @@
 #include <memory>
 
 #include "api/routes.h"
+#include "obs/audit.h"
+#include "obs/catalog.h"
+#include "obs/log.h"
+#include "session/audit_store.h"
 #include "api/server.h"
 #include "common/fs.h"
 #include "common/nofile.h"
+#include "net/package_gateway.h"
 #include "rootfs/template.h"
 #include "session/config.h"
 #include "session/manager.h"
@@ -39,7 +44,7 @@ Result<std::pair<std::string, uint16_t>> parse_listen(const std::string& listen)
 }  // namespace
 
 int run(const DaemonOptions& o) {
-  auto say = [](const std::string& line) { std::fprintf(stderr, "cela: %s\n", line.c_str()); };
+  auto say = [](const std::string& line) { obs::error(line); };
   if (::geteuid() != 0) {
     say("cela serve needs root (it creates namespaces, cgroups and id-mapped mounts)");
     return 2;
@@ -58,6 +63,13 @@ int run(const DaemonOptions& o) {
   if (!o.state_dir.empty()) config.state_dir = o.state_dir;
   if (o.max_sessions > 0) config.max_sessions = o.max_sessions;
   if (o.dev) config.dev_mode = true;
+  if (o.config_file.empty()) {  // no file: the machine's own package upstreams still apply
+    auto packages = net::parse_packages_config(nullptr, "");
+    if (packages) config.packages = std::move(*packages);
+  }
+  if (config.packages.gateway.cache_dir.empty()) config.packages.gateway.cache_dir = config.state_dir + "/packages";
+  obs::json_logs(config.json_logs);
+  obs::catalog::register_all();
 
   // Descriptors first: the connection caps are derived from what the daemon may hold,
   // keeping reserve_fds for the store and the sessions' pipes and files.
@@ -84,8 +96,22 @@ int run(const DaemonOptions& o) {
   server_config.io_threads = config.http_threads;
   server_config.blocking_threads = config.blocking_threads;
   server_config.body_limit = config.max_body_bytes;
-  server_config.log = [](std::string_view line) {
-    std::fprintf(stderr, "cela: %.*s\n", static_cast<int>(line.size()), line.data());
+  server_config.log = [](std::string_view line) { obs::warn(line); };
+  // One JSON line per answer, and the HTTP families of GET /metrics (by route pattern,
+  // never by raw path: bounded labels).
+  server_config.access_log = [](const api::AccessRecord& a) {
+    std::string route = a.route.empty() ? "unmatched" : std::string(a.route);
+    double seconds = static_cast<double>(a.duration.count()) / 1000.0;
+    obs::catalog::http_requests().add({route, std::string(a.method), std::to_string(a.status)});
+    obs::catalog::http_seconds().observe({route}, seconds);
+    obs::info("access", {{"request_id", a.request_id},
+                         {"method", a.method},
+                         {"route", route},
+                         {"path", a.path},
+                         {"status", a.status},
+                         {"duration_ms", a.duration.count()},
+                         {"tenant", a.tenant_id},
+                         {"transport", a.transport == api::Transport::unix_socket ? "unix" : "tcp"}});
   };
   if (config.listen.empty()) {
     server_config.tcp_host.clear();
@@ -128,6 +154,21 @@ int run(const DaemonOptions& o) {
     say("no tenant in the state database");
     return 1;
   }
+  // The audit log, before any session exists: every lifecycle step is recorded.
+  session::StoreAuditBackend audit_backend(**store);
+  std::unique_ptr<obs::AuditLog> audit;
+  if (config.audit.enabled) {
+    auto opened = obs::AuditLog::open(audit_backend, config.audit);
+    if (!opened) {
+      say("audit: " + opened.error().message());
+      return 1;
+    }
+    audit = std::move(*opened);
+    obs::install_audit(audit.get());
+  }
+  struct Uninstall {
+    ~Uninstall() { obs::install_audit(nullptr); }
+  } uninstall_audit;
   std::string default_tenant = tenants->front().id;
   for (auto& t : *tenants)
     if (t.name == "default") default_tenant = t.id;
@@ -137,11 +178,27 @@ int run(const DaemonOptions& o) {
   templates.root = config.templates_dir;
   if (auto h = rootfs::ensure_host_template(templates); !h) say("host template: " + h.error().message());
 
+  // The package gateway: sessions reach it through their egress door; its records go
+  // to the store (a write that fails is logged, the install is not held up).
+  store::Store& db = **store;
+  auto gateway = net::PackageGateway::open(config.packages.gateway, [&db, say](const net::InstallEvent& e) {
+    store::PackageInstallRecord r{.session_id = e.session_id, .tenant_id = e.tenant_id, .at = e.at,
+                                  .manager = e.manager, .name = e.name, .version = e.version,
+                                  .registry = e.registry, .sha256 = e.sha256, .size = static_cast<int64_t>(e.size),
+                                  .verdict = e.verdict, .rule = e.rule, .reason = e.reason,
+                                  .cache_hit = e.cache_hit};
+    if (auto w = db.insert_package_install(r); !w) say("recording a package install: " + w.error().message());
+  });
+  if (!gateway) {
+    say("packages: " + gateway.error().message());
+    return 1;
+  }
   auto manager = session::SessionManager::open(config, **store);
   if (!manager) {
     say("sessions: " + manager.error().message());
     return 1;
   }
+  (*manager)->set_package_gateway(std::shared_ptr<net::PackageGateway>(std::move(*gateway)));
   auto recover_began = std::chrono::steady_clock::now();
   if (auto n = (*manager)->recover(); !n) {
     say("recover: " + n.error().message());
@@ -151,6 +208,8 @@ int run(const DaemonOptions& o) {
                 static_cast<long long>(*n), static_cast<long long>(ms.count()));
     std::fflush(stdout);
   }
+  // Warm pools boot in the background (launcher threads) once the leftovers are gone.
+  (*manager)->start_pools();
 
   // Stop signals are taken with sigwait below; block them before threads start.
   sigset_t stop;
@@ -159,6 +218,16 @@ int run(const DaemonOptions& o) {
   ::pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
+  obs::metrics().collector("cela_sessions", "Live sessions by tenant and state", {"tenant", "state"},
+                           [mgr = manager->get()] {
+                             std::vector<obs::Collected> out;
+                             for (const auto& [key, n] : mgr->sessions_by_state())
+                               out.push_back({{key.first, key.second}, static_cast<double>(n)});
+                             return out;
+                           });
+  struct RemoveCollector {
+    ~RemoveCollector() { obs::metrics().remove_collector("cela_sessions"); }
+  } remove_collector;
   api::HttpServer server(server_config);
   api::RouteContext ctx{server, **manager, default_tenant};
   server.set_authenticator(api::make_authenticator(ctx));

@@ -66,21 +66,29 @@ RootfsSpec fit_tmpfs_to_memory(RootfsSpec spec, uint64_t memory_bytes) {
   return spec;
 }
 
-Result<RootfsMounts> prepare_rootfs(const RootfsSpec& spec, int userns_fd, uint32_t root_uid) {
+Result<RootfsMounts> prepare_rootfs(const RootfsSpec& spec, int userns_fd, uint32_t root_uid, int disk_root,
+                                    const std::vector<VolumeBind>& volumes) {
   if (spec.layers.empty()) return fail(ErrorCode::invalid_argument, "template has no layers");
   RootfsMounts out;
 
-  // The writable layer: upper and work dirs on a tmpfs sized by the disk limit.
-  uint64_t inodes = spec.disk_inodes ? spec.disk_inodes : std::max<uint64_t>(spec.disk_bytes / 4096, 1024);
-  auto tmp = make_tmpfs("writable layer", std::to_string(spec.disk_bytes), std::to_string(inodes), "0755");
-  if (!tmp) return std::unexpected(tmp.error());
-  for (const char* dir : {"upper", "work"}) {
-    if (::mkdirat(tmp->get(), dir, 0755) != 0) return sys_fail(std::string("mkdir ") + dir);
+  // The writable layer: upper and work dirs on the disk-backed layer, or on a tmpfs
+  // sized by the disk limit.
+  UniqueFd tmp;
+  int layer = disk_root;
+  if (layer < 0) {
+    uint64_t inodes = spec.disk_inodes ? spec.disk_inodes : std::max<uint64_t>(spec.disk_bytes / 4096, 1024);
+    auto made = make_tmpfs("writable layer", std::to_string(spec.disk_bytes), std::to_string(inodes), "0755");
+    if (!made) return std::unexpected(made.error());
+    tmp = std::move(*made);
+    layer = tmp.get();
+    for (const char* dir : {"upper", "work"}) {
+      if (::mkdirat(layer, dir, 0755) != 0) return sys_fail(std::string("mkdir ") + dir);
+    }
   }
   // The overlay's root directory is the upper dir's: root inside owns it.
-  if (::fchownat(tmp->get(), "upper", root_uid, root_uid, 0) != 0) return sys_fail("chown upper dir");
-  UniqueFd upper(::openat(tmp->get(), "upper", O_DIRECTORY | O_CLOEXEC));
-  UniqueFd work(::openat(tmp->get(), "work", O_DIRECTORY | O_CLOEXEC));
+  if (::fchownat(layer, "upper", root_uid, root_uid, 0) != 0) return sys_fail("chown upper dir");
+  UniqueFd upper(::openat(layer, "upper", O_DIRECTORY | O_CLOEXEC));
+  UniqueFd work(::openat(layer, "work", O_DIRECTORY | O_CLOEXEC));
   if (!upper || !work) return sys_fail("open upper/work dir");
 
   UniqueFd ovl(sys_fsopen("overlay", FSOPEN_CLOEXEC));
@@ -110,6 +118,16 @@ Result<RootfsMounts> prepare_rootfs(const RootfsSpec& spec, int userns_fd, uint3
     auto bind = idmapped_readonly_clone(source, userns_fd);
     if (!bind) return std::unexpected(bind.error());
     out.binds.emplace_back(target, std::move(*bind));
+  }
+  for (const VolumeBind& v : volumes) {
+    UniqueFd clone(sys_open_tree(v.root, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH));
+    if (!clone) return sys_fail("clone the mount of the volume for " + v.target);
+    mount_attr attr{};
+    attr.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOSUID | (v.read_only ? MOUNT_ATTR_RDONLY : 0);
+    attr.userns_fd = static_cast<uint64_t>(userns_fd);
+    if (sys_mount_setattr(clone.get(), "", AT_EMPTY_PATH, &attr) != 0)
+      return sys_fail("idmap the volume for " + v.target);
+    out.binds.emplace_back(v.target, std::move(clone));
   }
   return out;
 }

@@ -11,6 +11,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "agent/rootfs.h"
 #include "common/error.h"
@@ -21,9 +23,22 @@ using agent::RootfsMounts;
 using agent::RootfsSpec;
 using agent::kStagingDir;
 
+// A volume's filesystem (a detached mount the caller holds) to show at `target`.
+struct VolumeBind {
+  int root = -1;
+  std::string target;
+  bool read_only = false;
+};
+
 // `userns_fd` is the sandbox's user namespace (maps already written), `root_uid` the
-// host uid that is root inside (owner of the upper dir).
-Result<RootfsMounts> prepare_rootfs(const RootfsSpec& spec, int userns_fd, uint32_t root_uid);
+// host uid that is root inside (owner of the upper dir). `disk_root` >= 0 is a
+// disk-backed writable layer (jail/disk.h: a detached ext4 mount holding empty
+// upper/ and work/ dirs) used instead of a tmpfs. Each volume becomes a detached clone
+// of its mount, idmapped through the sandbox's user namespace (files keep their
+// in-sandbox owner across sessions of different uid slots), nosuid, nodev, and
+// read-only when asked.
+Result<RootfsMounts> prepare_rootfs(const RootfsSpec& spec, int userns_fd, uint32_t root_uid, int disk_root = -1,
+                                    const std::vector<VolumeBind>& volumes = {});
 
 // The writable layer and /dev/shm are tmpfs: their pages count against the sandbox's
 // memory limit and, with swap off, can be neither swapped nor reclaimed. Filled past

@@ -234,10 +234,14 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
     return std::unexpected(r.error());
   }
   if (::send(sb->control_fd(), "m", 1, MSG_NOSIGNAL) != 1) return sys_fail("signal id maps to init");
-  const RootfsSpec rootfs = fit_tmpfs_to_memory(spec.rootfs, spec.limits.memory_bytes);
+  // A disk-backed layer is not memory: only /dev/shm (and a tmpfs layer) must fit.
+  RootfsSpec rootfs = fit_tmpfs_to_memory(spec.rootfs, spec.limits.memory_bytes);
+  if (spec.disk_root >= 0) rootfs.disk_bytes = spec.rootfs.disk_bytes;
   json::object config = message(MessageType::config, {{"hostname", spec.hostname},
                                                        {"shm_bytes", rootfs.shm_bytes},
-                                                       {"pty_max", rootfs.pty_max}});
+                                                       {"pty_max", rootfs.pty_max},
+                                                       {"door_port", spec.door_port}});
+  if (spec.exec_notify) config["exec_notify"] = true;
   if (auto r = send_message(sb->control_fd(), config, {seccomp_fd.get()}); !r) return std::unexpected(r.error());
   seccomp_fd.reset();
   if (auto r = send_message(sb->control_fd(), message(MessageType::maps), attach); !r) return std::unexpected(r.error());
@@ -246,7 +250,7 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
     std::string userns_path = "/proc/" + std::to_string(pid) + "/ns/user";
     UniqueFd userns(::open(userns_path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!userns) return sys_fail("open " + userns_path);
-    auto mounts = prepare_rootfs(rootfs, userns.get(), spec.host_uid_base);
+    auto mounts = prepare_rootfs(rootfs, userns.get(), spec.host_uid_base, spec.disk_root, spec.volumes);
     if (!mounts) return std::unexpected(mounts.error());
     sb->upper_ = std::move(mounts->upper);
     json::array targets;
@@ -269,6 +273,13 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
                 ready->body.at("errno").to_number<int>());
   }
   if (ready->type() != MessageType::ready) return fail(ErrorCode::internal, "unexpected message from init during setup");
+  // ready carries the execve listener (exec_notify), then the door (door_port).
+  size_t want = (spec.exec_notify ? 1 : 0) + (spec.door_port ? 1 : 0);
+  if (ready->fds.size() != want)
+    return fail(ErrorCode::internal, "init's ready came without its descriptors (exec listener, egress door)");
+  size_t at = 0;
+  if (spec.exec_notify) sb->exec_notify_ = std::move(ready->fds[at++]);
+  if (spec.door_port) sb->door_ = std::move(ready->fds[at++]);
   sb->startup_ = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began);
   return sb;
 }
@@ -360,6 +371,7 @@ Result<TeardownReport> Sandbox::destroy() {
     if (auto stats = cgroup_->stats(); stats) report.processes_killed = stats->pids_current;
   }
   kill_and_reap();
+  exec_notify_.reset();
   control_.reset();
   upper_.reset();  // the writable layer goes with its last reference
   if (cgroup_) {

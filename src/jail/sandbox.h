@@ -38,6 +38,14 @@ struct SandboxSpec {
   CgroupLimits limits;
   uint32_t host_uid_base = 0;  // host uid that is root inside and owns the user namespace
   KernelBudgets budgets;
+  // A disk-backed writable layer (jail/disk.h), held by the caller for the sandbox's
+  // life; -1: a tmpfs sized by rootfs.disk_bytes.
+  int disk_root = -1;
+  std::vector<VolumeBind> volumes;  // their mounts held by the caller
+  bool exec_notify = false;  // watch every execve inside (agent/exec_notify.h)
+  // Non-zero: init listens on 127.0.0.1:door_port inside and hands over the listener
+  // (take_door()), the egress door (agent/init.h).
+  uint16_t door_port = 0;
 };
 
 struct StartedExec {
@@ -89,8 +97,12 @@ class Sandbox {
   // The writable layer's upper directory as the host sees it (snapshots); -1 after
   // destroy().
   int upper_fd() const { return upper_.get(); }
+  // The execve listener (SandboxSpec::exec_notify), -1 without one.
+  int exec_notify_fd() const { return exec_notify_.get(); }
   Cgroup& cgroup() { return *cgroup_; }
   std::chrono::microseconds startup_time() const { return startup_; }
+  // The egress door's listening socket, once (empty without SandboxSpec::door_port).
+  UniqueFd take_door() { return std::move(door_); }
 
   // SIGKILL to init and to every process in the cgroup; does not wait.
   void kill();
@@ -109,6 +121,8 @@ class Sandbox {
   UniqueFd pidfd_;
   UniqueFd control_;
   UniqueFd upper_;
+  UniqueFd exec_notify_;
+  UniqueFd door_;
   std::unique_ptr<Cgroup> cgroup_;
   std::deque<agent::Message> pending_;  // events that arrived while waiting for a reply
   uint64_t next_exec_id_ = 1;

@@ -15,6 +15,7 @@
 #include <map>
 
 #include "jail/cgroup.h"
+#include "jail/exec_notify.h"
 #include "jail/file_writer.h"
 #include "jail/init_process.h"
 #include "jail/sandbox.h"
@@ -204,8 +205,18 @@ class JailWriterLauncher final : public WriterLauncher {
 
 class JailInstance final : public Instance {
  public:
-  JailInstance(std::unique_ptr<jail::Sandbox> sandbox, jail::UidSlot slot)
-      : sandbox_(std::move(sandbox)), slot_(std::move(slot)) {}
+  JailInstance(std::unique_ptr<jail::Sandbox> sandbox, jail::UidSlot slot, std::unique_ptr<Disk> disk,
+               std::vector<std::shared_ptr<VolumeUse>> volumes)
+      : sandbox_(std::move(sandbox)), slot_(std::move(slot)), disk_(std::move(disk)), volumes_(std::move(volumes)) {
+    if (disk_) {
+      meter_ = disk_->meter();
+    } else {
+      // tmpfs: the upper dir's filesystem, measured from what it holds now (empty).
+      UniqueFd fd(::fcntl(sandbox_->upper_fd(), F_DUPFD_CLOEXEC, 3));
+      uint64_t base = fd ? jail::fs_used_bytes(fd.get()).value_or(0) : 0;
+      meter_ = std::make_shared<DiskMeter>(std::move(fd), -1, base, 0);
+    }
+  }
   ~JailInstance() override {
     *alive_ = false;
     destroy();
@@ -217,6 +228,10 @@ class JailInstance final : public Instance {
     control_ = std::make_unique<Descriptor>(reactor, ::fcntl(sandbox_->control_fd(), F_DUPFD_CLOEXEC, 3));
     pidfd_ = std::make_unique<Descriptor>(reactor, ::fcntl(sandbox_->pidfd(), F_DUPFD_CLOEXEC, 3));
     arm_control();
+    if (sandbox_->exec_notify_fd() >= 0) {
+      notify_ = std::make_unique<Descriptor>(reactor, ::fcntl(sandbox_->exec_notify_fd(), F_DUPFD_CLOEXEC, 3));
+      arm_notify();
+    }
     pidfd_->async_wait(Descriptor::wait_read, [this, alive = alive_](boost::system::error_code ec) {
       if (!*alive || ec) return;
       died("the session's init process died");
@@ -245,20 +260,19 @@ class JailInstance final : public Instance {
     return std::unique_ptr<Exec>(new ExecHandle(std::move(e), *this, id));
   }
 
+  void on_process(std::function<void(const ProcessEvent&)> fn) override { on_process_ = std::move(fn); }
+
   Result<jail::CgroupStats> stats() const override { return sandbox_->cgroup().stats(); }
   void freeze(bool frozen, std::function<void(Result<void>)> done) override {
     assert(reactor_ && "attach() first");
-    auto answer = [this, done = std::move(done)](Result<void> r) {
-      asio::post(*reactor_, [alive = alive_, done, r = std::move(r)] {
-        if (*alive) done(r);
-      });
-    };
-    if (destroyed_ || dead_) return answer(fail(ErrorCode::gone, "the sandbox has ended"));
-    if (freeze_timer_) return answer(fail(ErrorCode::conflict, "a freeze or thaw is already in progress"));
-    if (auto r = sandbox_->cgroup().request_freeze(frozen); !r) return answer(r);
+    if (destroyed_ || dead_) return post_answer(std::move(done), fail(ErrorCode::gone, "the sandbox has ended"));
+    if (freeze_done_)
+      return post_answer(std::move(done), fail(ErrorCode::conflict, "a freeze or thaw is already in progress"));
+    if (auto r = sandbox_->cgroup().request_freeze(frozen); !r) return post_answer(std::move(done), r);
     frozen_ = frozen;
+    freeze_done_ = std::move(done);
     freeze_timer_ = std::make_unique<asio::steady_timer>(*reactor_);
-    poll_freeze(frozen, Clock::now(), std::chrono::microseconds(20), std::move(answer));
+    poll_freeze(frozen, Clock::now(), std::chrono::microseconds(20));
   }
   bool frozen() const override { return frozen_; }
   Result<UniqueFd> open_root() const override {
@@ -277,6 +291,9 @@ class JailInstance final : public Instance {
     return std::unique_ptr<WriterLauncher>(new JailWriterLauncher(std::move(*entry), std::move(userns)));
   }
   pid_t host_pid() const override { return sandbox_->init_pid(); }
+  std::shared_ptr<DiskMeter> disk_meter() const override { return meter_; }
+  DiskKind disk_kind() const override { return disk_ ? DiskKind::disk : DiskKind::memory; }
+  UniqueFd take_door() override { return sandbox_->take_door(); }
   Result<UniqueFd> open_writable_layer() const override {
     if (sandbox_->upper_fd() < 0) return fail(ErrorCode::gone, "the sandbox's writable layer is gone");
     UniqueFd fd(::fcntl(sandbox_->upper_fd(), F_DUPFD_CLOEXEC, 3));
@@ -291,7 +308,8 @@ class JailInstance final : public Instance {
     destroyed_ = true;
     control_.reset();
     pidfd_.reset();
-    if (freeze_timer_) freeze_timer_->cancel();
+    notify_.reset();
+    finish_freeze(fail(ErrorCode::gone, "the sandbox has ended"));
     if (auto st = sandbox_->cgroup().stats(); st) teardown_.processes_killed = st->pids_current;
     if (frozen_) {
       // Frozen tasks take a SIGKILL only once thawed, and the reap below waits for init:
@@ -305,6 +323,18 @@ class JailInstance final : public Instance {
     auto report = sandbox_->destroy();
     if (report) teardown_.cgroup_removed = report->cgroup_removed;
     else teardown_.error = report.error().message();
+    // Every process is gone: the writable layer and the volumes have no user left.
+    meter_->close();
+    teardown_.disk = meter_->usage();
+    if (disk_) {
+      std::shared_ptr<Disk> disk = std::move(disk_);
+      teardown_.disk_freed = true;  // its image was never linked: nothing on the host refers to it
+      teardown_.release_disk = [disk] { return disk->release().loop_detached; };
+    } else {
+      teardown_.disk_freed = sandbox_->upper_fd() < 0;  // the tmpfs went with its last reference
+    }
+    teardown_.volumes_released = volumes_.size();
+    volumes_.clear();
     return teardown_;
   }
 
@@ -345,35 +375,37 @@ class JailInstance final : public Instance {
 
   using Clock = std::chrono::steady_clock;
 
+  // Never inside the caller's own call: the answer comes on a later reactor turn, and
+  // also once the instance is gone (the completion holds what it needs).
+  void post_answer(std::function<void(Result<void>)> done, Result<void> r) {
+    asio::post(*reactor_, [done = std::move(done), r = std::move(r)] { done(r); });
+  }
+  void finish_freeze(Result<void> r) {
+    freeze_timer_.reset();
+    if (freeze_done_) post_answer(std::exchange(freeze_done_, nullptr), std::move(r));
+  }
+
   // Reads the freezer's state; until it reports `frozen`, again after `wait` (doubled
   // each time, at most 2 ms: a few tasks settle within microseconds, a busy tree
   // within a few ms). A freeze still not settled after jail::kFreezeTimeout is thawed.
-  void poll_freeze(bool frozen, Clock::time_point began, std::chrono::microseconds wait,
-                   std::function<void(Result<void>)> answer) {
+  void poll_freeze(bool frozen, Clock::time_point began, std::chrono::microseconds wait) {
     auto settled = sandbox_->cgroup().freeze_settled(frozen);
     bool late = Clock::now() - began > jail::kFreezeTimeout;
     if (!settled || *settled || late) {
-      freeze_timer_.reset();
-      if (settled && *settled) return answer({});
+      if (settled && *settled) return finish_freeze({});
       if (frozen) {
         (void)sandbox_->cgroup().request_freeze(false);
         frozen_ = false;
       }
-      if (!settled) return answer(std::unexpected(settled.error()));
-      return answer(fail(ErrorCode::system, std::string(frozen ? "freezing" : "thawing") +
-                                                " the sandbox did not settle within " +
-                                                std::to_string(jail::kFreezeTimeout.count()) + " ms"));
+      if (!settled) return finish_freeze(std::unexpected(settled.error()));
+      return finish_freeze(fail(ErrorCode::system, std::string(frozen ? "freezing" : "thawing") +
+                                                       " the sandbox did not settle within " +
+                                                       std::to_string(jail::kFreezeTimeout.count()) + " ms"));
     }
     freeze_timer_->expires_after(wait);
-    freeze_timer_->async_wait([this, alive = alive_, frozen, began, wait, answer = std::move(answer)](
-                                  boost::system::error_code ec) mutable {
-      if (!*alive) return;
-      if (ec || destroyed_) {
-        freeze_timer_.reset();
-        return answer(fail(ErrorCode::gone, "the sandbox has ended"));
-      }
-      poll_freeze(frozen, began, std::min<std::chrono::microseconds>(wait * 2, std::chrono::milliseconds(2)),
-                  std::move(answer));
+    freeze_timer_->async_wait([this, alive = alive_, frozen, began, wait](boost::system::error_code ec) {
+      if (!*alive || ec || !freeze_done_) return;  // destroy() answered it
+      poll_freeze(frozen, began, std::min<std::chrono::microseconds>(wait * 2, std::chrono::milliseconds(2)));
     });
   }
 
@@ -417,6 +449,44 @@ class JailInstance final : public Instance {
     if (*alive_ && !destroyed_) arm_control();
   }
 
+  // One notification per wake-up: a session that execs in a loop shares the reactor
+  // fairly (each of its execve calls waits for its turn).
+  void arm_notify() {
+    if (!notify_) return;
+    notify_->async_wait(Descriptor::wait_read, [this, alive = alive_](boost::system::error_code ec) {
+      if (!*alive || ec || !notify_) return;
+      auto n = jail::take_exec_notification(notify_->native_handle());
+      if (!n) {
+        std::fprintf(stderr, "cela: exec watch of %s stopped: %s\n", sandbox_->cgroup().name().c_str(),
+                     n.error().message().c_str());
+        notify_.reset();
+        return;
+      }
+      if (*n && on_process_) on_process_(to_event(**n));
+      if (*alive_) arm_notify();
+    });
+  }
+
+  ProcessEvent to_event(const jail::ExecNotification& n) {
+    ProcessEvent e;
+    e.pid = n.pid;
+    e.ppid = n.ppid;
+    uint32_t base = slot_.host_base();
+    e.uid = n.uid >= base && n.uid - base < 65536 ? n.uid - base : n.uid;
+    e.gid = n.gid >= base && n.gid - base < 65536 ? n.gid - base : n.gid;
+    e.syscall = n.syscall;
+    e.path = n.path;
+    e.argv = n.argv;
+    e.truncated = n.truncated;
+    // ".../<sandbox>/e-<n>": the exec's own cgroup names it.
+    auto slash = n.cgroup.rfind("/e-");
+    if (slash != std::string::npos) {
+      uint64_t id = std::strtoull(n.cgroup.c_str() + slash + 3, nullptr, 10);
+      if (auto it = execs_.find(id); it != execs_.end()) e.exec = it->second.listener;
+    }
+    return e;
+  }
+
   void died(std::string why) {
     if (destroyed_ || dead_) return;
     dead_ = true;
@@ -427,22 +497,32 @@ class JailInstance final : public Instance {
 
   std::unique_ptr<jail::Sandbox> sandbox_;
   jail::UidSlot slot_;  // released after the sandbox is gone (member order)
+  std::unique_ptr<Disk> disk_;  // null: a tmpfs layer (or handed to teardown_.release_disk)
+  std::vector<std::shared_ptr<VolumeUse>> volumes_;
+  std::shared_ptr<DiskMeter> meter_;
   asio::io_context* reactor_ = nullptr;
   std::function<void(std::string)> on_died_;
-  std::unique_ptr<Descriptor> control_, pidfd_;
+  std::unique_ptr<Descriptor> control_, pidfd_, notify_;
+  std::function<void(const ProcessEvent&)> on_process_;
   std::map<uint64_t, Entry> execs_;
   uint64_t next_id_ = 1;
   bool destroyed_ = false, dead_ = false;
   bool frozen_ = false;                                // as last requested
   std::unique_ptr<asio::steady_timer> freeze_timer_;  // while a freeze or thaw settles
+  std::function<void(Result<void>)> freeze_done_;     // its completion
   Teardown teardown_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 class JailBackend final : public Backend {
  public:
-  JailBackend(std::unique_ptr<jail::CgroupHost> cgroups, jail::SeccompProgram seccomp, JailOptions options)
-      : cgroups_(std::move(cgroups)), seccomp_(std::move(seccomp)), options_(std::move(options)) {}
+  JailBackend(std::unique_ptr<jail::CgroupHost> cgroups, jail::SeccompProgram seccomp, JailOptions options,
+              std::unique_ptr<DiskPool> disks)
+      : cgroups_(std::move(cgroups)),
+        seccomp_(std::move(seccomp)),
+        options_(std::move(options)),
+        disks_(std::move(disks)),
+        volumes_(disks_->ledger()) {}
   std::string_view name() const override { return "jail"; }
 
   Result<std::unique_ptr<Instance>> start(const InstanceSpec& spec) override {
@@ -455,6 +535,8 @@ class JailBackend final : public Backend {
     sb.rootfs.pty_max = options_.pty_max;
     sb.limits = spec.limits;
     sb.budgets = options_.budgets;
+    sb.exec_notify = options_.exec_notify;
+    sb.door_port = spec.door_port;
     auto slot = jail::UidSlot::acquire(jail::kSlotLockDir, options_.uid_slots);
     if (!slot) {
       Error e = slot.error();
@@ -462,12 +544,29 @@ class JailBackend final : public Backend {
       return std::unexpected(e);
     }
     sb.host_uid_base = slot->host_base();
+    std::unique_ptr<Disk> disk;
+    if (spec.disk_kind == DiskKind::disk) {
+      auto taken = disks_->take(spec.disk_bytes);
+      if (!taken) return std::unexpected(taken.error());
+      disk = std::move(*taken);
+      sb.disk_root = disk->root();
+    }
+    std::vector<std::shared_ptr<VolumeUse>> uses;
+    for (const VolumeSpec& v : spec.volumes) {
+      auto use = volumes_.acquire(v.image, !v.read_only);
+      if (!use) return std::unexpected(use.error());
+      sb.volumes.push_back({(*use)->root(), v.target, v.read_only});
+      uses.push_back(std::move(*use));
+    }
     auto sandbox = jail::Sandbox::start(sb, *cgroups_, seccomp_);
-    if (!sandbox) return std::unexpected(sandbox.error());
-    return std::unique_ptr<Instance>(new JailInstance(std::move(*sandbox), std::move(*slot)));
+    if (!sandbox) return std::unexpected(sandbox.error());  // disk and volumes let go here
+    return std::unique_ptr<Instance>(
+        new JailInstance(std::move(*sandbox), std::move(*slot), std::move(disk), std::move(uses)));
   }
 
   Result<void> remove_stale(const std::string& name) override { return cgroups_->remove_stale(name); }
+  DiskPoolStats disk_pool_stats() const override { return disks_->stats(); }
+  bool volume_in_use(const std::string& image) const override { return volumes_.in_use(image); }
   Result<std::vector<std::string>> names() const override { return cgroups_->list(); }
   std::vector<std::string> notes() const override {
     std::vector<std::string> notes;
@@ -480,6 +579,8 @@ class JailBackend final : public Backend {
   std::unique_ptr<jail::CgroupHost> cgroups_;
   jail::SeccompProgram seccomp_;
   JailOptions options_;
+  std::unique_ptr<DiskPool> disks_;
+  VolumeMounts volumes_;
 };
 
 }  // namespace
@@ -515,7 +616,12 @@ Result<std::unique_ptr<Backend>> open_jail_backend(const JailOptions& options) {
   // The one sealed copy of cela every session's init runs from, made before the first
   // session needs it (and a failure to make it is a failure to start).
   if (auto image = jail::sealed_init_image(); !image) return std::unexpected(image.error());
-  return std::unique_ptr<Backend>(new JailBackend(std::move(*host), std::move(*seccomp), options));
+  auto disks = DiskPool::open(options.disks);
+  if (!disks) return std::unexpected(disks.error());
+  if ((*disks)->recovered_loops() || (*disks)->recovered_files())
+    std::fprintf(stderr, "cela: disks: recovered %d loop device(s) and %d image file(s) a previous daemon left\n",
+                 (*disks)->recovered_loops(), (*disks)->recovered_files());
+  return std::unique_ptr<Backend>(new JailBackend(std::move(*host), std::move(*seccomp), options, std::move(*disks)));
 }
 
 Result<jail::IoLimits> resolve_block_io(const BlockIoRequest& request, std::vector<std::string>& notes) {

@@ -21,6 +21,8 @@ struct JailOptions {
   jail::KernelBudgets budgets;           // rlimits and /proc/sys/user limits
   uint32_t pty_max = 64;                 // the private devpts's max=
   jail::IoLimits io;                     // block I/O weight and per-disk throttles
+  DiskPoolOptions disks;                 // disk-backed writable layers
+  bool exec_notify = false;              // report every execve inside (Instance::on_process)
 };
 
 // Detects the host's cgroup layout and compiles (or loads from the cache) the seccomp

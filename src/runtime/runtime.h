@@ -22,6 +22,7 @@
 #include "agent/protocol.h"
 #include "common/fd.h"
 #include "jail/cgroup.h"
+#include "runtime/storage.h"
 
 namespace cela::runtime {
 
@@ -30,12 +31,25 @@ struct LayerStack {
   std::vector<std::pair<std::string, std::string>> binds;  // host source -> target (dev-only)
 };
 
+// A volume to show inside: its image (runtime/storage.h VolumeMounts mounts it once
+// for every sandbox using it) at `target`.
+struct VolumeSpec {
+  std::string image;
+  std::string target;
+  bool read_only = false;
+};
+
 struct InstanceSpec {
   std::string name;      // unique among live instances (cgroup name)
   std::string hostname;  // inside
   LayerStack rootfs;
   uint64_t disk_bytes = 0;  // writable layer size
+  DiskKind disk_kind = DiskKind::disk;
+  std::vector<VolumeSpec> volumes;
   jail::CgroupLimits limits;
+  // Non-zero: the sandbox gets an egress door, a listener on 127.0.0.1:door_port
+  // inside that the host accepts on (Instance::take_door).
+  uint16_t door_port = 0;
 };
 
 // Accounting of a sandbox or an exec, and its limits (the jail's types serve every
@@ -64,6 +78,20 @@ using agent::to_string;
 struct StartFailure {
   ExecStep step = ExecStep::unknown;
   int err = 0;
+};
+
+class ExecListener;
+
+// A program executed inside the sandbox, seen by the host while its execve waited
+// (backends that can: the jail with JailOptions::exec_notify).
+struct ProcessEvent {
+  pid_t pid = 0, ppid = 0;    // inside the sandbox (0: unknown)
+  uint32_t uid = 0, gid = 0;  // inside
+  std::string syscall;        // execve | execveat
+  std::string path;
+  std::vector<std::string> argv;
+  bool truncated = false;
+  ExecListener* exec = nullptr;  // the exec whose tree it belongs to, while it is known
 };
 
 // Receives one exec's life, on the reactor thread. Every exec ends with exactly one of
@@ -141,7 +169,16 @@ Result<void> file_writer_result(const FileWriter& writer, bool& reaped);
 struct Teardown {
   uint64_t processes_killed = 0;
   bool cgroup_removed = false;
+  // The writable layer: a tmpfs is freed with its last reference; a disk-backed
+  // one's image (never linked) is gone and its loop device unbound.
+  bool disk_freed = false;
+  uint64_t volumes_released = 0;
+  DiskUsage disk;  // the writable layer's last reading
   std::string error;  // "" when clean
+  // Disk kind: the release of the layer (unmount, loop device, image: tens of ms), left
+  // to the caller to run off the reactor; says whether the loop device let go. Empty
+  // for a tmpfs layer. Run it at most once, on any thread.
+  std::function<bool()> release_disk;
 };
 
 class Instance {
@@ -152,6 +189,9 @@ class Instance {
   virtual void attach(boost::asio::io_context& reactor, std::function<void(std::string why)> on_died) = 0;
   // Starts a process; the listener must outlive the Exec.
   virtual Result<std::unique_ptr<Exec>> exec(const ProcessSpec& spec, ExecListener& listener) = 0;
+  // Every program executed inside, on the reactor (set after attach; backends that
+  // cannot watch never call it).
+  virtual void on_process(std::function<void(const ProcessEvent&)> fn) { (void)fn; }
   virtual Result<jail::CgroupStats> stats() const = 0;
   // Freezes (true) or thaws (false) every process of the sandbox without blocking the
   // reactor: the new state is requested now and `done` runs later on the reactor, once
@@ -166,8 +206,16 @@ class Instance {
   virtual Result<UniqueFd> open_root() const = 0;
   // The writable layer (the overlay's upper dir) as a directory fd, for snapshots.
   virtual Result<UniqueFd> open_writable_layer() const = 0;
+  // The writable layer's use and writes, readable from any thread for as long as the
+  // caller holds it (it keeps the last reading after destroy()).
+  virtual std::shared_ptr<DiskMeter> disk_meter() const = 0;
+  DiskUsage disk_usage() const { return disk_meter()->usage(); }
+  virtual DiskKind disk_kind() const = 0;
   // Writers of files on the sandbox's behalf (files API uploads).
   virtual Result<std::unique_ptr<WriterLauncher>> writer_launcher() const = 0;
+  // The egress door's listening socket (in the sandbox's network namespace), once;
+  // empty when the spec had no door_port.
+  virtual UniqueFd take_door() = 0;
   // Host pid of the sandbox's init.
   virtual pid_t host_pid() const = 0;
   // The host id that id `inside` maps to (files written on the sandbox's behalf), and
@@ -189,6 +237,10 @@ class Backend {
   virtual Result<std::unique_ptr<Instance>> start(const InstanceSpec& spec) = 0;
   // Removes what an instance named `name` left behind when its daemon died.
   virtual Result<void> remove_stale(const std::string& name) = 0;
+  // Ready disk-backed layers (hits, misses, ready).
+  virtual DiskPoolStats disk_pool_stats() const = 0;
+  // Whether a volume image is mounted for some instance now.
+  virtual bool volume_in_use(const std::string& image) const = 0;
   // Names of the instances whose resources exist on this host: live ones (of any
   // daemon or runner) and leftovers. Whoever named them decides which are stale.
   virtual Result<std::vector<std::string>> names() const = 0;

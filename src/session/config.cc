@@ -3,6 +3,8 @@
 // `maxima.cpus` must be a number").
 #include "session/config.h"
 
+#include "session/file_policy.h"
+
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -47,6 +49,44 @@ Result<void> take(const JsonFields& f, std::string_view key, T& out) {
 #define ONLY(fields, ...) \
   if (auto r = (fields).only({__VA_ARGS__}); !r) return config_error(r.error())
 
+// `egress` (docs/operations.md "Egress").
+template <class Section>
+Result<void> read_egress(Section& section, net::EgressConfig& e) {
+  auto eg = section("egress");
+  if (!eg) return std::unexpected(eg.error());
+  if (!*eg) return {};
+  const JsonFields& s = **eg;
+  ONLY(s, "allow_cidrs", "ca_file", "bandwidth_kbps", "max_connections", "hosts", "connect_timeout_s",
+       "idle_timeout_s");
+  auto cidrs = s.string_array("allow_cidrs");
+  if (!cidrs) return config_error(cidrs.error());
+  if (*cidrs) e.allow_cidrs = **cidrs;
+  for (const auto& c : e.allow_cidrs)
+    if (!net::parse_cidr(c)) return fail(ErrorCode::invalid_argument, "config: egress.allow_cidrs: bad range `" + c + "`");
+  TAKE(s, "ca_file", e.ca_file);
+  TAKE(s, "bandwidth_kbps", e.bandwidth_kbps);
+  TAKE(s, "max_connections", e.max_connections);
+  TAKE(s, "connect_timeout_s", e.connect_timeout_s);
+  TAKE(s, "idle_timeout_s", e.idle_timeout_s);
+  auto hosts = s.object("hosts");
+  if (!hosts) return config_error(hosts.error());
+  if (*hosts) {
+    for (const auto& kv : (*hosts)->raw()) {
+      std::string name(kv.key());
+      auto list = (*hosts)->string_array(name);
+      if (!list) return config_error(list.error());
+      for (const auto& a : **list)
+        if (!net::ip_literal(a))
+          return fail(ErrorCode::invalid_argument, "config: egress.hosts." + name + ": `" + a + "` is not an address");
+      e.hosts[net::normalise_host(name)] = **list;
+    }
+  }
+  for (double t : {e.connect_timeout_s, e.idle_timeout_s})
+    if (!(t > 0 && t <= 86400))
+      return fail(ErrorCode::invalid_argument, "config: egress timeouts must be in (0, 86400] seconds");
+  return {};
+}
+
 }  // namespace
 
 Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
@@ -55,7 +95,8 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   ONLY(f, "state_dir", "templates_dir", "socket", "listen", "default_template", "max_sessions", "output_cap_bytes",
        "max_body_bytes", "max_upload_bytes", "http_threads", "blocking_threads", "defaults", "maxima", "tenant_quotas",
        "output_retention", "stdin_timeout_s", "uid_slots", "launcher_threads", "exec_nofile", "connections",
-       "session_budgets", "block_io", "admission", "dev_mode");
+       "session_budgets", "block_io", "admission", "dev_mode", "files", "disk", "volumes", "pools", "audit",
+       "metrics", "logs", "egress", "packages");
   TAKE(f, "state_dir", c.state_dir);
   TAKE(f, "templates_dir", c.templates_dir);
   TAKE(f, "socket", c.socket_path);
@@ -112,6 +153,15 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
     TAKE(s, "max_sessions", c.quotas.max_sessions);
     TAKE(s, "max_memory_mb", c.quotas.max_memory_mb);
     TAKE(s, "max_cpus", c.quotas.max_cpus);
+  }
+  auto files = section("files");
+  if (!files) return std::unexpected(files.error());
+  if (*files) {
+    auto p = parse_file_policy(**files, c.files, /*narrow=*/false);
+    if (!p) return config_error(p.error());
+    c.files = std::move(*p);
+  } else {
+    c.files.max_upload_bytes = c.max_upload_bytes;
   }
   auto ret = section("output_retention");
   if (!ret) return std::unexpected(ret.error());
@@ -189,6 +239,117 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
     TAKE(s, "header_timeout_s", c.connections.header_timeout_s);
     TAKE(s, "idle_timeout_s", c.connections.idle_timeout_s);
   }
+  auto disk = section("disk");
+  if (!disk) return std::unexpected(disk.error());
+  if (*disk) {
+    const JsonFields& s = **disk;
+    ONLY(s, "kind", "pool", "dir");
+    TAKE(s, "kind", c.disk.kind);
+    TAKE(s, "pool", c.disk.pool);
+    TAKE(s, "dir", c.disk.dir);
+  }
+  if (c.disk.kind != "disk" && c.disk.kind != "memory")
+    return fail(ErrorCode::invalid_argument, "config: disk.kind must be \"disk\" or \"memory\"");
+  if (c.disk.pool > 256) return fail(ErrorCode::invalid_argument, "config: disk.pool must be 0..256");
+  auto vol = section("volumes");
+  if (!vol) return std::unexpected(vol.error());
+  if (*vol) {
+    const JsonFields& s = **vol;
+    ONLY(s, "dir", "max_size_mb", "max_per_tenant");
+    TAKE(s, "dir", c.volumes.dir);
+    TAKE(s, "max_size_mb", c.volumes.max_size_mb);
+    TAKE(s, "max_per_tenant", c.volumes.max_per_tenant);
+  }
+  if (c.volumes.max_size_mb < 16) return fail(ErrorCode::invalid_argument, "config: volumes.max_size_mb must be >= 16");
+  auto pools = f.array("pools");
+  if (!pools) return config_error(pools.error());
+  for (size_t i = 0; *pools && i < (*pools)->size(); ++i) {
+    std::string where = "pools[" + std::to_string(i) + "]";
+    const json::value& item = (**pools)[i];
+    if (!item.is_object()) return fail(ErrorCode::invalid_argument, "config: " + where + " must be an object");
+    JsonFields p(item.as_object(), where);
+    ONLY(p, "template", "size", "limits");
+    PoolConfig pool{.template_name = "",
+                    .size = 0,
+                    .cpus = c.defaults.cpus,
+                    .memory_mb = c.defaults.memory_mb,
+                    .disk_mb = c.defaults.disk_mb,
+                    .pids = c.defaults.pids};
+    auto name = p.require_string("template");
+    if (!name) return config_error(name.error());
+    pool.template_name = *name;
+    TAKE(p, "size", pool.size);
+    auto limits = p.object("limits");
+    if (!limits) return config_error(limits.error());
+    if (*limits) {
+      ONLY(**limits, "cpus", "memory_mb", "disk_mb", "pids");
+      TAKE(**limits, "cpus", pool.cpus);
+      TAKE(**limits, "memory_mb", pool.memory_mb);
+      TAKE(**limits, "disk_mb", pool.disk_mb);
+      TAKE(**limits, "pids", pool.pids);
+    }
+    // A shape no create could ask for would never be claimed.
+    if (!(pool.cpus > 0) || pool.cpus > c.maxima.cpus || pool.memory_mb < 16 || pool.memory_mb > c.maxima.memory_mb ||
+        pool.disk_mb < 1 || pool.disk_mb > c.maxima.disk_mb || pool.pids < 1 || pool.pids > c.maxima.pids)
+      return fail(ErrorCode::invalid_argument, "config: " + where + ".limits must be what a create may ask for (maxima)");
+    if (pool.size < 1 || pool.size > 1024)
+      return fail(ErrorCode::invalid_argument, "config: " + where + ".size must be 1..1024");
+    for (const PoolConfig& other : c.pools)
+      if (other.template_name == pool.template_name && other.cpus == pool.cpus && other.memory_mb == pool.memory_mb &&
+          other.disk_mb == pool.disk_mb && other.pids == pool.pids)
+        return fail(ErrorCode::invalid_argument, "config: " + where + " has the shape of an earlier pool");
+    c.pools.push_back(pool);
+  }
+  auto au = section("audit");
+  if (!au) return std::unexpected(au.error());
+  if (*au) {
+    const JsonFields& s = **au;
+    ONLY(s, "enabled", "process_exec", "files_written", "exec_bodies", "retention_days", "file", "syslog");
+    for (auto [key, field] : {std::pair{"enabled", &c.audit.enabled}, std::pair{"process_exec", &c.audit.process_exec},
+                              std::pair{"files_written", &c.audit.files_written}, std::pair{"syslog", &c.audit.syslog}}) {
+      if (auto v = s.boolean(key); !v) return config_error(v.error());
+      else if (*v) *field = **v;
+    }
+    std::string bodies = c.audit.exec_bodies == obs::BodyPolicy::keep ? "keep" : "hash";
+    TAKE(s, "exec_bodies", bodies);
+    if (bodies != "keep" && bodies != "hash")
+      return fail(ErrorCode::invalid_argument, "config: audit.exec_bodies must be \"keep\" or \"hash\"");
+    c.audit.exec_bodies = bodies == "keep" ? obs::BodyPolicy::keep : obs::BodyPolicy::hash;
+    TAKE(s, "retention_days", c.audit.retention_days);
+    TAKE(s, "file", c.audit.file);
+    if (c.audit.retention_days < 0) return fail(ErrorCode::invalid_argument, "config: audit.retention_days must be >= 0");
+  }
+  auto me = section("metrics");
+  if (!me) return std::unexpected(me.error());
+  if (*me) {
+    const JsonFields& s = **me;
+    ONLY(s, "public", "sample_interval_s", "history_samples");
+    if (auto v = s.boolean("public"); !v) return config_error(v.error());
+    else if (*v) c.metrics.public_endpoint = **v;
+    TAKE(s, "sample_interval_s", c.metrics.sample_interval_s);
+    TAKE(s, "history_samples", c.metrics.history_samples);
+    if (c.metrics.sample_interval_s != 0 && c.metrics.sample_interval_s < 1)
+      return fail(ErrorCode::invalid_argument, "config: metrics.sample_interval_s must be 0 or >= 1");
+    if (c.metrics.history_samples > 10000)
+      return fail(ErrorCode::invalid_argument, "config: metrics.history_samples must be <= 10000");
+  }
+  auto lg = section("logs");
+  if (!lg) return std::unexpected(lg.error());
+  if (*lg) {
+    const JsonFields& s = **lg;
+    ONLY(s, "format");
+    std::string format = c.json_logs ? "json" : "text";
+    TAKE(s, "format", format);
+    if (format != "json" && format != "text")
+      return fail(ErrorCode::invalid_argument, "config: logs.format must be \"json\" or \"text\"");
+    c.json_logs = format == "json";
+  }
+  if (auto r = read_egress(section, c.egress); !r) return std::unexpected(r.error());
+  auto pkg = section("packages");
+  if (!pkg) return std::unexpected(pkg.error());
+  auto packages = net::parse_packages_config(*pkg ? &**pkg : nullptr, "");
+  if (!packages) return std::unexpected(packages.error());
+  c.packages = std::move(*packages);
   for (double t : {c.connections.header_timeout_s, c.connections.idle_timeout_s})
     if (!(t > 0 && t <= 3600))
       return fail(ErrorCode::invalid_argument, "config: connections timeouts must be in (0, 3600] seconds");

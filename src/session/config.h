@@ -11,6 +11,10 @@
 #include <boost/json/object.hpp>
 
 #include "common/error.h"
+#include "obs/audit.h"
+#include "net/egress_proxy.h"
+#include "net/package_config.h"
+#include "session/types.h"
 
 namespace cela::session {
 
@@ -84,6 +88,42 @@ struct ConnectionConfig {
   double idle_timeout_s = 60;    // a keep-alive connection between requests
 };
 
+// Writable layers (docs/operations.md "Storage"): `kind` is what a create that does not
+// say gets ("disk": an ext4 image per session, limit enforced by the kernel, not
+// memory; "memory": a tmpfs counted against the memory limit). The pool keeps `pool`
+// layers of defaults.disk_mb ready. `dir` "" = <state_dir>/disks.
+struct DiskConfig {
+  std::string kind = "disk";
+  uint64_t pool = 2;
+  std::string dir;
+};
+
+// Volumes: persistent ext4 images owned by a tenant, under `dir` ("" =
+// <state_dir>/volumes); sizes up to max_size_mb, at most max_per_tenant of them.
+struct VolumeConfig {
+  std::string dir;
+  uint64_t max_size_mb = 16384;
+  uint64_t max_per_tenant = 32;
+};
+
+// A warm pool (`pools: [{template, size, limits}]`, session/pool.cc): `size` sessions of
+// `template` with these sandbox limits kept booted and ready; a create of the same shape
+// (template and cpus, memory_mb, disk_mb, pids) claims one. Limits not given are the
+// defaults', so `{"template": "base", "size": 4}` serves creates that ask for none.
+struct PoolConfig {
+  std::string template_name;
+  uint64_t size = 0;
+  double cpus = 1.0;
+  uint64_t memory_mb = 512, disk_mb = 1024, pids = 256;
+};
+
+// GET /metrics and the per-session metrics (docs/operations.md "Observability").
+struct MetricsConfig {
+  bool public_endpoint = false;  // GET /metrics without a key (else host admin only)
+  double sample_interval_s = 10;  // per-session history sampler; 0 = no history
+  uint64_t history_samples = 60;
+};
+
 struct DaemonConfig {
   std::string state_dir = "/var/lib/cela/state";
   std::string templates_dir = "/var/lib/cela/templates";
@@ -120,6 +160,24 @@ struct DaemonConfig {
   BlockIoConfig block_io;
   AdmissionConfig admission;
   ConnectionConfig connections;
+  std::vector<PoolConfig> pools;
+  obs::AuditOptions audit;
+  MetricsConfig metrics;
+  bool json_logs = true;  // daemon log lines as JSON (`logs.format`: "json" | "text")
+  // The egress proxy (docs/operations.md "Egress").
+  net::EgressConfig egress;
+  // Tenant defaults of every session's file policy (`files`: API.md "File policy");
+  // a create may narrow them.
+  FilePolicy files;
+
+  DiskConfig disk;
+  VolumeConfig volumes;
+
+  std::string disks_dir() const { return disk.dir.empty() ? state_dir + "/disks" : disk.dir; }
+  std::string volumes_dir() const { return volumes.dir.empty() ? state_dir + "/volumes" : volumes.dir; }
+
+  // The package gateway (`packages`): upstreams, cache, and every tenant's ceiling.
+  net::PackagesConfig packages;
 
   // Reads a JSON config file over the defaults.
   static Result<DaemonConfig> load(const std::string& path);

@@ -75,6 +75,16 @@ void SessionManager::start_exec(const Caller& caller, const std::string& session
     if (!found) return done(std::unexpected(found.error()));
     std::shared_ptr<Session> session = *found;
     Session& s = *session;
+    if (!running_or_later(s, [this, caller, session_id, spec, done](Result<void> r) mutable {
+          if (!r) return done(std::unexpected(r.error()));
+          start_exec(caller, session_id, std::move(spec), std::move(done));
+        }))
+      return;
+    // Errors a client sees never hold a granted value.
+    done = [r = s.redactions, done = std::move(done)](Result<ExecRecord> x) {
+      if (!x) return done(std::unexpected(redact_error(r.get(), std::move(x.error()))));
+      done(std::move(x));
+    };
     // The session's exec_timeout_s is a ceiling: an exec may ask for less, never more.
     uint64_t ceiling_ms = s.limits.exec_timeout_s * 1000;
     uint64_t timeout_ms = spec.timeout_ms.value_or(ceiling_ms);
@@ -88,11 +98,20 @@ void SessionManager::start_exec(const Caller& caller, const std::string& session
     in.cwd = spec.cwd.empty() ? s.tmpl.workdir : spec.cwd;
     in.base_env = s.tmpl.env;  // the template's (ENV of a build), below the session's
     in.base_env.insert(in.base_env.end(), s.env.begin(), s.env.end());
+    // Env grants reach execs started while the grant lives (after the session's env: a
+    // grant is not shadowed by it).
+    for (const auto& g : s.secrets)
+      if (g.live && !g.spec.as_file) in.base_env.push_back(g.spec.env + "=" + g.value.view());
+    auto wipe_env = [&](std::vector<std::string>& env) {
+      if (s.secrets.empty()) return;
+      for (auto& kv : env) wipe_string(kv);
+    };
     in.env = spec.env;
     in.allow_sudo = s.allow_sudo;
     in.fsize_bytes = s.limits.disk_mb << 20;
     in.nofile = config_.exec_nofile;
     auto process = process_spec(s.tmpl.user, in);
+    wipe_env(in.base_env);
     if (!process) return done(std::unexpected(process.error()));
 
     auto e = std::make_shared<ExecState>(*this, s);
@@ -100,21 +119,26 @@ void SessionManager::start_exec(const Caller& caller, const std::string& session
     r.id = store::new_id("e");
     r.session_id = session_id;
     r.tenant_id = caller.tenant_id;
-    r.argv = spec.argv;
-    r.cmd = spec.cmd;
+    auto shown = [&](const std::string& text) { return s.redactions ? s.redactions->redact(text) : text; };
+    for (const auto& a : spec.argv) r.argv.push_back(shown(a));
+    r.cmd = shown(spec.cmd);
     r.user = spec.user == ExecUser::root ? "root" : "user";
-    r.cwd = process->cwd;
+    r.cwd = shown(process->cwd);
     r.started_at = store::now_rfc3339();
     e->timeout_ms = timeout_ms;
     e->observed.timeout_ms = timeout_ms;
-    e->observed.command = spec.argv.empty() ? spec.cmd : spec.argv[0];
+    e->observed.command = r.argv.empty() ? r.cmd : r.argv[0];
     e->observed.limits = {s.limits.memory_mb << 20, s.limits.cpus, s.limits.pids};
-    e->pending_stdin = std::move(spec.stdin_text);
     e->close_stdin_after = !spec.stdin_open;
     // Recorded first: an exec the store cannot take is never started.
     if (auto ins = store_.insert_exec(r); !ins) return done(std::unexpected(ins.error()));
-    e->output = std::make_unique<OutputPipeline>(reactor_, output_dir_, r.id, config_.output_cap_bytes);
+    observe_exec_started(*e, spec);
+    e->pending_stdin = std::move(spec.stdin_text);
+    std::shared_ptr<OutputFilter> filter;
+    if (s.redactions && !s.redactions->empty()) filter = std::make_shared<RedactingFilter>(s.redactions);
+    e->output = std::make_unique<OutputPipeline>(reactor_, output_dir_, r.id, config_.output_cap_bytes, filter);
     auto started = s.instance->exec(*process, *e);
+    wipe_env(process->env);
     if (!started) {
       e->observed.start_failure = runtime::StartFailure{runtime::ExecStep::request, started.error().err};
       s.execs[r.id] = e;
@@ -127,13 +151,29 @@ void SessionManager::start_exec(const Caller& caller, const std::string& session
     s.execs[r.id] = e;
     s.last_activity = Clock::now();
     arm_session_timer(session);
-    e->start_timer = std::make_unique<asio::steady_timer>(reactor_, kExecStartTimeout);
-    e->start_timer->async_wait([this, session, e](boost::system::error_code ec) {
-      if (ec || e->started || e->finished) return;
-      complete_all(e->on_start, Result<ExecRecord>(fail(ErrorCode::internal, "the session's init did not start exec " +
-                                                                                 e->record.id + " in time")));
-      terminate(session, "failed", "init_died", "init stopped answering");
-    });
+    arm_exec_start_timer(session, e, kExecStartTimeout);
+  });
+}
+
+void SessionManager::arm_exec_start_timer(const std::shared_ptr<Session>& session, const std::shared_ptr<ExecState>& e,
+                                          Clock::duration after) {
+  assert_on_reactor();
+  e->start_timer = std::make_unique<asio::steady_timer>(reactor_, after);
+  e->start_timer->async_wait([this, session, e](boost::system::error_code ec) {
+    if (ec || e->started || e->finished) return;
+    complete_all(e->on_start, Result<ExecRecord>(fail(ErrorCode::internal, "the session's init did not start exec " +
+                                                                               e->record.id + " in time")));
+    terminate(session, "failed", "init_died", "init stopped answering");
+  });
+}
+
+void SessionManager::arm_exec_timeout(ExecState& e, Clock::duration after) {
+  assert_on_reactor();
+  e.timeout = std::make_unique<asio::steady_timer>(reactor_, after);
+  e.timeout->async_wait([&e](boost::system::error_code ec) {
+    if (ec || e.finished || e.observed.wait_status) return;
+    e.observed.timed_out = true;
+    if (e.exec) (void)e.exec->kill_tree();
   });
 }
 
@@ -146,12 +186,9 @@ void SessionManager::exec_started(ExecState& e) {
   e.pending_stdin.clear();
   if (e.close_stdin_after) e.exec->close_stdin();
   if (e.timeout_ms > 0) {
-    e.timeout = std::make_unique<asio::steady_timer>(reactor_, std::chrono::milliseconds(e.timeout_ms));
-    e.timeout->async_wait([&e](boost::system::error_code ec) {
-      if (ec || e.finished || e.observed.wait_status) return;
-      e.observed.timed_out = true;
-      if (e.exec) (void)e.exec->kill_tree();
-    });
+    // Started while the session is being paused: the timeout begins at the resume.
+    if (e.session.freeze == Session::Freeze::running) arm_exec_timeout(e, std::chrono::milliseconds(e.timeout_ms));
+    else e.timeout_left = std::chrono::milliseconds(e.timeout_ms);
   }
   ExecRecord running = e.snapshot();
   complete_all(e.on_start, Result<ExecRecord>(running));
@@ -184,8 +221,12 @@ void SessionManager::exec_finished(ExecState& e) {
     e.exec->drop_stdin(Error{ErrorCode::conflict, 0, "exec " + e.record.id + " has ended"});
     if (auto st = e.exec->stats(); st) e.observed.stats = *st;
   }
+  observe_exec_limits(e);
   ExecRecord& r = e.record;
+  // What the redactor held back (a possible prefix of a secret) is kept now.
+  e.output->flush_filter();
   classify_exec(e.observed, r);
+  if (e.session.redactions) r.reason = e.session.redactions->redact(r.reason);
   r.ended_at = store::now_rfc3339();
   r.duration_ms = e.started ? std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - e.started_at).count()
                             : 0;
@@ -207,6 +248,7 @@ void SessionManager::exec_finished(ExecState& e) {
   }
   if (auto f = store_.finish_exec(r); !f) pending_execs_[r.session_id].push_back(r), retry_unrecorded();
   e.output->finish(r);
+  observe_exec_ended(e);
   // The idle timeout counts from the end of the last exec.
   e.session.last_activity = Clock::now();
   if (!e.session.ended)
@@ -290,6 +332,11 @@ void SessionManager::write_stdin(const Caller& caller, const std::string& sessio
     if (!found) return done(std::unexpected(found.error()));
     std::shared_ptr<ExecState> e = *found;
     if (e->finished) return done(fail(ErrorCode::conflict, "exec " + exec_id + " has ended"));
+    if (!running_or_later(e->session, [this, caller, session_id, exec_id, data, close, done](Result<void> r) mutable {
+          if (!r) return done(std::unexpected(r.error()));
+          write_stdin(caller, session_id, exec_id, std::move(data), close, std::move(done));
+        }))
+      return;
     if (!e->exec || e->close_stdin_after || e->stdin_closed)
       return done(fail(ErrorCode::conflict, "stdin of exec " + exec_id + " is closed"));
     e->session.last_activity = Clock::now();
@@ -327,6 +374,11 @@ void SessionManager::kill_exec(const Caller& caller, const std::string& session_
     if (!found) return done(std::unexpected(found.error()));
     std::shared_ptr<ExecState> e = *found;
     if (e->finished || !e->exec) return done(e->record);
+    if (!running_or_later(e->session, [this, caller, session_id, exec_id, spec, done](Result<void> r) mutable {
+          if (!r) return done(std::unexpected(r.error()));
+          kill_exec(caller, session_id, exec_id, spec, std::move(done));
+        }))
+      return;
     e->observed.kill_signal = spec.signal;
     if (spec.signal == SIGKILL || spec.grace.count() <= 0) {
       (void)e->exec->kill_tree();

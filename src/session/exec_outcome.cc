@@ -41,6 +41,12 @@ void classify_exec(const ExecObservation& o, store::ExecRecord& r) {
     return;
   }
   if (o.start_failure || result.state == runtime::RunState::oom_killed) return;
+  // The disk limit: a file past RLIMIT_FSIZE (SIGXFSZ), or a writable layer left full
+  // (the command saw ENOSPC, whatever it exited with).
+  if (r.signal && *r.signal == SIGXFSZ)
+    r.reason = "killed by SIGXFSZ: a file reached the disk limit of " + format_size(o.disk_limit_bytes);
+  else if (o.disk_full)
+    r.reason += "; disk limit " + format_size(o.disk_limit_bytes) + " reached (the writable layer is full, writes failed with ENOSPC)";
   bool ended_normally = result.state == runtime::RunState::exited;
   if (o.session_ended && !o.wait_status) {
     // The main process had not ended when the session did: the session ended it.

@@ -21,6 +21,9 @@ struct ExecObservation {
   // reason makes it `killed` with that reason.
   std::optional<std::string> session_ended, session_message;
   std::string command;  // argv[0] or the shell line, for "command not found"
+  // The writable layer had no room left when the exec ended (writes failed ENOSPC).
+  bool disk_full = false;
+  uint64_t disk_limit_bytes = 0;
   runtime::Stats stats;
   runtime::Limits limits;
 };

@@ -57,6 +57,7 @@ struct Exporter {
   const FsLimits& limits;
   archive_entry* entry;
   uint64_t entries = 0;
+  const SessionFs::ExportFilter* filter = nullptr;
 
   std::unexpected<Error> tar_fail(std::string_view what) {
     if (sink.error) return std::unexpected(*sink.error);
@@ -86,6 +87,7 @@ struct Exporter {
     if (!S_ISREG(st->st_mode)) return {};
     auto fd = reopen(path_fd->get(), O_RDONLY, what);
     if (!fd) return std::unexpected(fd.error());
+    if (filter && *filter) return add_filtered(*fd, rel, *st);
     if (auto r = begin_entry(rel, *st, AE_IFREG); !r) return r;
     if (auto r = write_header(rel); !r) return r;
     // Exactly st_size bytes: a file that shrank meanwhile is padded with zeros by
@@ -102,6 +104,35 @@ struct Exporter {
       if (archive_write_data(tar, buf, static_cast<size_t>(n)) < 0) return tar_fail(what);
       remaining -= static_cast<uint64_t>(n);
     }
+    if (archive_write_finish_entry(tar) < ARCHIVE_WARN) return tar_fail(what);
+    return {};
+  }
+
+  // The whole file through the export filter (a secret scan), then the entry with the
+  // size of what the filter returned.
+  Result<void> add_filtered(const UniqueFd& fd, const std::string& rel, const struct stat& st) {
+    std::string what = "export " + rel;
+    if (static_cast<uint64_t>(st.st_size) > limits.max_file_bytes)
+      return fail(ErrorCode::limit, "file too large to scan for secrets before export: " + rel);
+    std::string data;
+    char buf[65536];
+    for (;;) {
+      ssize_t n = ::read(fd.get(), buf, sizeof buf);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return fs_fail(what);
+      }
+      if (n == 0) break;
+      if (data.size() + static_cast<size_t>(n) > limits.max_file_bytes)
+        return fail(ErrorCode::limit, "file too large to scan for secrets before export: " + rel);
+      data.append(buf, static_cast<size_t>(n));
+    }
+    auto shown = (*filter)(rel, std::move(data));
+    if (!shown) return std::unexpected(shown.error());
+    if (auto r = begin_entry(rel, st, AE_IFREG); !r) return r;
+    archive_entry_set_size(entry, static_cast<la_int64_t>(shown->size()));
+    if (auto r = write_header(rel); !r) return r;
+    if (!shown->empty() && archive_write_data(tar, shown->data(), shown->size()) < 0) return tar_fail(what);
     if (archive_write_finish_entry(tar) < ARCHIVE_WARN) return tar_fail(what);
     return {};
   }
@@ -236,6 +267,8 @@ Result<void> SessionFs::export_tar(std::string_view dir,
   if (auto r = check_path(dir); !r) return r;
   auto top = open_in_root(dir, O_RDONLY | O_DIRECTORY);
   if (!top) return std::unexpected(top.error());
+  if (auto r = check_exportable(top->get(), dir); !r) return r;
+  if (!sink) return {};  // only the policy check was asked for
 
   // Declared before the archive: archive_write_free may still flush through it.
   ExportSink out{&sink, limits_.max_archive_bytes, 0, std::nullopt};
@@ -250,7 +283,7 @@ Result<void> SessionFs::export_tar(std::string_view dir,
   if (archive_write_open(tar.get(), &out, nullptr, &ExportSink::write, nullptr) != ARCHIVE_OK)
     return fail(ErrorCode::system, "tar open: " + archive_message(tar.get()));
 
-  Exporter exporter{tar.get(), out, limits_, entry.get()};
+  Exporter exporter{tar.get(), out, limits_, entry.get(), 0, &export_filter_};
   if (auto r = exporter.walk(top->get(), "", 1); !r) return r;
   if (archive_write_close(tar.get()) != ARCHIVE_OK) return exporter.tar_fail("tar close");
   return {};

@@ -18,7 +18,10 @@
 #include "common/fs.h"
 #include "common/nofile.h"
 #include "runtime/jail.h"
+#include "net/package_gateway.h"
 #include "session/exec_env.h"
+#include "session/packages.h"
+#include "session/file_policy.h"
 #include "session/state.h"
 
 namespace cela::session {
@@ -40,7 +43,7 @@ void SessionManager::assert_on_reactor() const {
 }
 
 SessionManager::SessionManager(const DaemonConfig& config, store::Store& store)
-    : config_(config), store_(store), admission_(reactor_, config.max_sessions) {
+    : config_(config), store_(store), volumes_(config.volumes_dir()), admission_(reactor_, config.max_sessions) {
   templates_.root = config.templates_dir;
   output_dir_ = config.state_dir + "/output";
 }
@@ -59,6 +62,7 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(const DaemonConfig&
     else limits.push_back({name, value});
   }
   options.pty_max = static_cast<uint32_t>(config.budgets.ptys);
+  options.exec_notify = config.audit.enabled && config.audit.process_exec;
   const BlockIoConfig& bio = config.block_io;
   runtime::BlockIoRequest io{static_cast<uint32_t>(bio.weight), bio.read_bps, bio.write_bps, bio.read_iops,
                              bio.write_iops, bio.devices};
@@ -68,11 +72,16 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(const DaemonConfig&
   if (!limits) return std::unexpected(limits.error());
   for (const auto& note : notes) std::fprintf(stderr, "cela: %s\n", note.c_str());
   options.io = std::move(*limits);
+  options.disks.dir = config.disks_dir();
+  options.disks.ready_bytes = config.defaults.disk_mb << 20;
+  // A daemon whose default is a tmpfs layer keeps no disks ready.
+  options.disks.ready = config.disk.kind == "disk" ? config.disk.pool : 0;
   auto backend = runtime::open_jail_backend(options);
   if (!backend) return std::unexpected(backend.error());
   m->backend_ = std::move(*backend);
   for (const auto& note : m->backend_->notes()) std::fprintf(stderr, "cela: %s\n", note.c_str());
   m->builds_ = std::make_unique<TemplateBuilds>(*m->backend_, m->catalog(), BuildLimits{});
+  if (auto r = m->open_egress(); !r) return std::unexpected(r.error());
   auto capacity = HostCapacity::measure(config.admission);
   if (!capacity) return std::unexpected(capacity.error());
   m->admission_.set_host(*capacity, config.admission);  // before the reactor runs
@@ -82,12 +91,27 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(const DaemonConfig&
                static_cast<unsigned long long>(capacity->files), config.admission.memory_overcommit,
                config.admission.pids_overcommit, config.admission.files_overcommit);
   if (auto r = make_dirs(m->output_dir_, 0700); !r) return std::unexpected(r.error());
+  if (!config.packages.debian_keyring.empty()) {
+    auto keyring = read_file(config.packages.debian_keyring);
+    if (!keyring) return fail(ErrorCode::invalid_argument, "packages.debian_keyring: " + keyring.error().message());
+    m->package_keyring_ = std::move(*keyring);
+  }
+  auto unfinished = m->volumes_.open();
+  if (!unfinished) return std::unexpected(unfinished.error());
+  if (*unfinished) std::fprintf(stderr, "cela: volumes: removed %d unfinished create(s)\n", *unfinished);
   m->reactor_work_.emplace(asio::make_work_guard(m->reactor_));
   m->reactor_thread_ = std::thread([mp = m.get()] { mp->reactor_.run(); });
   m->launcher_work_.emplace(asio::make_work_guard(m->launcher_));
   for (int i = 0; i < config.launcher_threads; ++i)
     m->launcher_threads_.emplace_back([mp = m.get()] { mp->launcher_.run(); });
-  m->on_reactor([mp = m.get()] { mp->arm_retention(); });
+  m->on_reactor([mp = m.get()] {
+    mp->arm_retention();
+    mp->arm_audit_retention();
+  });
+  for (const PoolConfig& pool : config.pools) {
+    m->pools_.push_back(std::make_unique<WarmPool>());
+    m->pools_.back()->config = pool;
+  }
   return m;
 }
 
@@ -111,6 +135,7 @@ void SessionManager::shutdown() {
       std::vector<std::shared_ptr<Session>> live;
       for (auto& [id, s] : sessions_) live.push_back(s);
       for (auto& s : live) terminate(s, "terminated", "daemon_shutdown", "the daemon stopped");
+      drain_pools();
       done.set_value();
     });
     f.wait();
@@ -122,6 +147,7 @@ void SessionManager::shutdown() {
     if (t.joinable()) t.join();
   if (storage_pool_) storage_pool_->join();  // snapshots in flight finish their copy
   barrier();
+  egress_->stop();
   {
     std::promise<void> done;
     auto f = done.get_future();
@@ -129,6 +155,7 @@ void SessionManager::shutdown() {
       retry_unrecorded();
       retry_timer_.reset();
       retention_timer_.reset();
+      audit_retention_timer_.reset();
       done.set_value();
     });
     f.wait();
@@ -136,9 +163,22 @@ void SessionManager::shutdown() {
   reactor_work_.reset();
   reactor_.stop();
   if (reactor_thread_.joinable()) reactor_thread_.join();
+  observer_.join();
 }
 
 bool SessionManager::full() const { return full_.load(); }
+
+void SessionManager::count_state(const std::string& tenant, const std::string& from, const std::string& to) {
+  std::lock_guard lock(by_state_mu_);
+  if (!from.empty())
+    if (auto it = by_state_.find({tenant, from}); it != by_state_.end() && --it->second <= 0) by_state_.erase(it);
+  if (!to.empty()) ++by_state_[{tenant, to}];
+}
+
+std::vector<std::pair<std::pair<std::string, std::string>, int64_t>> SessionManager::sessions_by_state() const {
+  std::lock_guard lock(by_state_mu_);
+  return {by_state_.begin(), by_state_.end()};
+}
 
 Result<void> SessionManager::dev_template_allowed(const Caller& caller, const std::string& name) const {
   // Dev-only templates show host files (the host's /usr, idmapped: files of other host
@@ -160,6 +200,7 @@ void SessionManager::create(const Caller& caller, CreateSessionSpec spec, std::c
     // Before anything is reserved (or the host template generated).
     if (spec.template_name == rootfs::kHostTemplate)
       if (auto ok = dev_template_allowed(caller, spec.template_name); !ok) return done(std::unexpected(ok.error()));
+    if (claim_pooled(caller, spec, began, done)) return;  // a warm pool's ready session (pool.cc)
     admission_.reserve(wait, [this, caller, spec = std::move(spec), began, done = std::move(done)](
                                  Result<void> admitted_now) mutable {
       full_ = admission_.full();
@@ -196,12 +237,29 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
     if (auto ok = dev_template_allowed(caller, spec.template_name); !ok) return give_back(ok.error());
 
   auto session = std::make_shared<Session>();
+  if (spec.packages) {
+    if (!packages_) return give_back(Error{ErrorCode::policy_denied, 0, "the package gateway is not running"});
+    auto policy = net::narrow_policy(config_.packages.ceiling, *spec.packages);
+    if (!policy) return give_back(policy.error());
+    session->packages = std::move(*policy);
+    spec.egress_door = true;  // the gateway answers through the door, network or not
+  }
+  if (auto r = egress_for(caller, spec, *session); !r) return give_back(r.error());
   session->grant = grant;
   session->tmpl = *tmpl;
   session->limits = spec.limits;
-  session->env = spec.env;
+  session->env = session->door ? egress_env(!egress_ca_pem_.empty()) : std::vector<std::string>{};
+  if (session->packages) {  // the create's own env comes after, and wins
+    auto env = package_env();
+    session->env.insert(session->env.end(), env.begin(), env.end());
+  }
+  session->env.insert(session->env.end(), spec.env.begin(), spec.env.end());
   session->allow_sudo = sudo_allowed(*tmpl, spec.allow_sudo);
+  session->auto_pause_s = spec.auto_pause_s;
+  session->auto_resume = spec.auto_resume;
   session->expires = Clock::now() + std::chrono::seconds(spec.limits.ttl_s);
+  session->files = spec.files.value_or(config_.files);
+  if (auto g = resolve_grants(caller, *session, spec.secrets); !g) return give_back(g.error());
   session->last_activity = Clock::now();
   SessionRecord& r = session->record;
   r.id = store::new_id("s");
@@ -209,35 +267,64 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
   r.state = std::string(store::session_state::starting);
   r.template_ref = tmpl->name + "@" + tmpl->version;
   r.limits = spec.limits;
-  r.network = NetworkPolicy{};
+  r.network = spec.network;
   r.metadata = spec.metadata;
-  r.spec = {.template_name = spec.template_name, .allow_sudo = session->allow_sudo};
+  std::string disk_kind = spec.disk_kind.value_or(config_.disk.kind);
+  r.spec = {.template_name = spec.template_name,
+            .allow_sudo = session->allow_sudo,
+            .disk_kind = disk_kind,
+            .volumes = spec.volumes,
+            .auto_pause_s = spec.auto_pause_s,
+            .auto_resume = spec.auto_resume};
   int64_t now = store::now_ms();
   r.created_at = store::format_rfc3339(now);
   r.expires_at = store::format_rfc3339(now + static_cast<int64_t>(spec.limits.ttl_s) * 1000);
   r.last_activity_at = r.created_at;
   r.idle_timeout_s = static_cast<int64_t>(spec.limits.idle_timeout_s);
   r.cgroup = "cela/" + r.id;
+  if (auto v = claim_volumes(*session, spec.volumes); !v) return give_back(v.error());
   // Recorded before anything is started: a create the store cannot take changes
   // nothing (state dir full: a structured error, no sandbox, no quota held).
-  if (auto ins = store_.insert_session(r); !ins) return give_back(ins.error());
+  if (auto ins = store_.insert_session(r); !ins) {
+    release_volumes(*session);
+    return give_back(ins.error());
+  }
+  count_state(r.tenant_id, "", r.state);
 
-  runtime::InstanceSpec is;
-  is.name = r.id;
-  is.hostname = "cela-" + r.id.substr(2, 8);
-  is.rootfs.layers = tmpl->layers;
-  for (const auto& b : tmpl->binds) is.rootfs.binds.emplace_back(b.source, b.target);
-  is.disk_bytes = spec.limits.disk_mb << 20;
-  is.limits = {spec.limits.memory_mb << 20, spec.limits.cpus, spec.limits.pids};
+  runtime::InstanceSpec is = instance_spec(r.id, *tmpl, spec.limits);
+  is.disk_kind = runtime::disk_kind(disk_kind).value_or(runtime::DiskKind::disk);
+  is.volumes = session->instance_spec.volumes;  // claim_volumes filled them in
+  session->instance_spec = is;
   ++booting_templates_[template_key(*tmpl)];
+  is.door_port = session->door ? net::kDoorPort : 0;
   asio::post(launcher_, [this, session, is, began, done = std::move(done)]() mutable {
     auto instance = std::make_shared<Result<std::unique_ptr<runtime::Instance>>>(backend_->start(is));
+    // Package manager settings are in place before anything runs (session->packages
+    // is not changed after create).
+    if (*instance && session->packages)
+      if (auto w = write_package_files(***instance, config_.packages, package_keyring_); !w) {
+        (**instance)->destroy();
+        *instance = std::unexpected(w.error());
+      }
     on_reactor([this, session, instance, began, done = std::move(done)]() mutable {
       session->record.startup_ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - began).count();
       booted(session, std::move(*instance), std::move(done));
     });
   });
+}
+
+runtime::InstanceSpec SessionManager::instance_spec(const std::string& id, const rootfs::Template& tmpl,
+                                                   const SessionLimits& limits) const {
+  runtime::InstanceSpec is;
+  is.name = id;
+  is.hostname = "cela-" + id.substr(2, 8);
+  is.rootfs.layers = tmpl.layers;
+  for (const auto& b : tmpl.binds) is.rootfs.binds.emplace_back(b.source, b.target);
+  is.disk_bytes = limits.disk_mb << 20;
+  is.disk_kind = runtime::disk_kind(config_.disk.kind).value_or(runtime::DiskKind::disk);  // a create may say
+  is.limits = {limits.memory_mb << 20, limits.cpus, limits.pids};
+  return is;
 }
 
 void SessionManager::booted(std::shared_ptr<Session> session, Result<std::unique_ptr<runtime::Instance>> instance,
@@ -254,6 +341,7 @@ void SessionManager::booted(std::shared_ptr<Session> session, Result<std::unique
     r.termination_reason = std::move(reason);
     r.termination_message = std::move(message);
     r.termination_at = store::now_rfc3339();
+    release_volumes(*session);
     if (auto w = store_.set_terminated(r.id, r.state, r.termination_reason, r.termination_message, std::nullopt); !w) {
       std::lock_guard lock(unrecorded_mu_);
       unrecorded_[r.id] = r;
@@ -262,6 +350,8 @@ void SessionManager::booted(std::shared_ptr<Session> session, Result<std::unique
     admission_.give_back(session->grant);
     admission_.release();
     full_ = admission_.full();
+    count_state(r.tenant_id, std::string(store::session_state::starting), "");
+    observe_create_failed(r, r.termination_reason, r.termination_message);
     done(std::unexpected(e));
   };
   if (!instance) return failed(instance.error(), "start_failed", instance.error().message());
@@ -270,18 +360,27 @@ void SessionManager::booted(std::shared_ptr<Session> session, Result<std::unique
     return failed(Error{ErrorCode::capacity_exceeded, 0, "the daemon is stopping"}, "daemon_shutdown",
                   "the daemon stopped while the session was starting");
   }
+  if (auto d = open_session_door(*session); !d) return failed(d.error(), "start_failed", d.error().message());
   r.init_pid = session->instance->host_pid();
   r.slot = session->instance->slot();
   r.state = std::string(store::session_state::ready);
   r.ready_at = store::now_rfc3339();
   if (auto u = store_.update_session(r); !u) return failed(u.error(), "start_failed", u.error().message());
+  if (auto g = install_grants(session); !g) {
+    end_grants(*session, "start_failed");
+    return failed(g.error(), "start_failed", g.error().message());
+  }
   std::weak_ptr<Session> weak = session;
   session->instance->attach(reactor_, [this, weak](std::string why) {
     if (auto s = weak.lock()) terminate(s, "failed", "init_died", why);
   });
   session->timer = std::make_unique<asio::steady_timer>(reactor_);
+  if (session->packages && packages_) packages_->add_session(r.id, r.tenant_id, *session->packages);
+  set_meter(r.id, session->instance->disk_meter(), 0);
   sessions_[r.id] = session;
   live_count_ = static_cast<int64_t>(sessions_.size());
+  count_state(r.tenant_id, std::string(store::session_state::starting), r.state);
+  observe_created(session);
   arm_session_timer(session);
   done(r);
 }
@@ -303,6 +402,9 @@ void SessionManager::terminate(const std::shared_ptr<Session>& session, std::str
     exec_finished(*e);
   }
   session->timer.reset();
+  if (session->door) egress_->close_door(session->record.id);
+  // Before the sandbox goes: its secret files are overwritten, then removed.
+  uint64_t secrets_wiped = end_grants(*session, reason);
   runtime::Teardown teardown;
   if (session->instance) teardown = session->instance->destroy();
   for (auto& [id, e] : session->execs) e->exec.reset();
@@ -311,9 +413,16 @@ void SessionManager::terminate(const std::shared_ptr<Session>& session, std::str
   cleanup.processes_killed = teardown.processes_killed;
   cleanup.cgroup_removed = teardown.cgroup_removed;
   cleanup.mounts_removed = true;  // they lived only in the session's mount namespace
-  cleanup.upper_dir_freed = true;
+  cleanup.upper_dir_freed = session->instance_spec.disk_kind == runtime::DiskKind::memory || teardown.disk_freed;
+  cleanup.disk_used_bytes = teardown.disk.used_bytes;
+  cleanup.disk_written_bytes = teardown.disk.written_bytes;
+  cleanup.volumes_released = teardown.volumes_released;
+  cleanup.secrets_wiped = secrets_wiped;
   cleanup.error = teardown.error;
+  release_volumes(*session);
+  drop_meter(session->record.id);
   SessionRecord& r = session->record;
+  count_state(r.tenant_id, r.state, "");
   r.state = std::move(state);
   r.termination_reason = std::move(reason);
   r.termination_message = std::move(message);
@@ -328,6 +437,9 @@ void SessionManager::terminate(const std::shared_ptr<Session>& session, std::str
     }
     retry_unrecorded();
   }
+  if (session->packages && packages_) packages_->remove_session(r.id);
+  if (teardown.release_disk) release_disk_later(session, std::move(teardown.release_disk), true);
+  observe_terminated(*session);
   sessions_.erase(r.id);
   live_count_ = static_cast<int64_t>(sessions_.size());
   admission_.give_back(session->grant);
@@ -366,8 +478,10 @@ void SessionManager::retry_unrecorded() {
 
 Result<std::shared_ptr<Session>> SessionManager::find_live(const Caller& caller, const std::string& id) {
   assert_on_reactor();
-  if (auto it = sessions_.find(id); it != sessions_.end() && it->second->record.tenant_id == caller.tenant_id)
+  if (auto it = sessions_.find(id); it != sessions_.end() && it->second->record.tenant_id == caller.tenant_id) {
+    if (it->second->resetting) return fail(ErrorCode::conflict, "session " + id + " is being reset; retry");
     return it->second;
+  }
   {
     std::lock_guard lock(unrecorded_mu_);
     if (auto it = unrecorded_.find(id); it != unrecorded_.end() && it->second.tenant_id == caller.tenant_id)
@@ -390,6 +504,7 @@ Result<SessionRecord> SessionManager::get(const Caller& caller, const std::strin
   }
   auto rec = store_.get_session(caller.tenant_id, id);
   if (!rec && rec.error().code == ErrorCode::not_found) return fail(ErrorCode::not_found, "no session " + id);
+  if (rec) fill_disk(*rec);
   return rec;
 }
 
@@ -398,9 +513,21 @@ Result<store::SessionPage> SessionManager::list(const Caller& caller, const stor
   auto p = store_.list_sessions(caller.tenant_id, filter, page);
   if (!p) return p;
   std::lock_guard lock(unrecorded_mu_);
-  for (auto& r : p->records)
+  for (auto& r : p->records) {
     if (auto it = unrecorded_.find(r.id); it != unrecorded_.end()) r = it->second;
+    fill_disk(r);
+  }
   return p;
+}
+
+void SessionManager::set_package_gateway(std::shared_ptr<net::PackageGateway> gateway) {
+  packages_ = gateway;
+  egress_->add_service(std::move(gateway));
+}
+
+Result<store::PackageInstallPage> SessionManager::package_installs(const Caller& caller, const std::string& session_id,
+                                                                  const store::PageRequest& page) {
+  return store_.list_package_installs(caller.tenant_id, session_id, page);
 }
 
 void SessionManager::patch(const Caller& caller, const std::string& id, PatchSpec spec, Done<SessionRecord> done) {
@@ -408,6 +535,8 @@ void SessionManager::patch(const Caller& caller, const std::string& id, PatchSpe
     auto found = find_live(caller, id);
     if (!found) return done(std::unexpected(found.error()));
     Session& s = **found;
+    if (spec.network_allow || spec.network_deny)
+      if (auto r = patch_network(s, spec); !r) return done(std::unexpected(r.error()));
     if (!spec.ttl_s) return done(s.record);
     if (*spec.ttl_s < 1 || *spec.ttl_s > config_.maxima.ttl_s)
       return done(fail(ErrorCode::invalid_argument,
@@ -426,9 +555,20 @@ void SessionManager::patch(const Caller& caller, const std::string& id, PatchSpe
 }
 
 void SessionManager::remove(const Caller& caller, const std::string& id, Done<SessionRecord> done) {
-  on_reactor([this, caller, id, done = std::move(done)] {
-    if (auto it = sessions_.find(id); it != sessions_.end() && it->second->record.tenant_id == caller.tenant_id)
-      terminate(it->second, "terminated", "deleted", "deleted through the API");
+  on_reactor([this, caller, id, done = std::move(done)]() mutable {
+    std::shared_ptr<Session> ending;
+    if (auto it = sessions_.find(id); it != sessions_.end() && it->second->record.tenant_id == caller.tenant_id) {
+      ending = it->second;
+      terminate(ending, "terminated", "deleted", "deleted through the API");
+    }
+    // The answer waits (holding no thread) for the disk layer's release, so that its
+    // cleanup report can say the loop device let go.
+    if (ending && ending->disk_pending) {
+      ending->after_release.push_back([this, caller, id, done = std::move(done)]() mutable {
+        remove(caller, id, std::move(done));
+      });
+      return;
+    }
     std::unique_lock lock(unrecorded_mu_);
     if (auto it = unrecorded_.find(id); it != unrecorded_.end() && it->second.tenant_id == caller.tenant_id) {
       lock.unlock();
@@ -452,11 +592,17 @@ Result<SessionManager::FsView> SessionManager::fs_view(const Caller& caller, con
                                                        bool for_upload, std::optional<uint64_t> declared) {
   std::promise<Result<FsView>> promise;
   auto f = promise.get_future();
-  // Waits for the reactor only (it never blocks on sandbox code).
-  on_reactor([&] {
+  // Waits for the reactor only (it never blocks on sandbox code), and for the thaw of a
+  // paused session with auto_resume (a kernel operation, bounded by kFreezeTimeout).
+  std::function<void()> take = [&] {
     auto found = find_live(caller, session_id);
     if (!found) return promise.set_value(std::unexpected(found.error()));
     Session& s = **found;
+    if (!running_or_later(s, [&](Result<void> r) {
+          if (!r) return promise.set_value(std::unexpected(r.error()));
+          take();  // running again: the same lookup
+        }))
+      return;
     if (!s.instance) return promise.set_value(fail(ErrorCode::gone, "session " + session_id + " has ended"));
     auto root = s.instance->open_root();
     if (!root) return promise.set_value(std::unexpected(root.error()));
@@ -467,6 +613,8 @@ Result<SessionManager::FsView> SessionManager::fs_view(const Caller& caller, con
     view.gid = s.instance->host_id(s.tmpl.user.gid);
     view.inside_uid = s.tmpl.user.uid;
     view.inside_gid = s.tmpl.user.gid;
+    view.files = s.files;
+    view.redactions = s.redactions;
     if (for_upload) {
       if (!s.writers) {
         auto writers = s.instance->writer_launcher();
@@ -474,13 +622,15 @@ Result<SessionManager::FsView> SessionManager::fs_view(const Caller& caller, con
         s.writers = std::move(*writers);
       }
       view.writers = s.writers;
-      if (declared && *declared >= kMemoryCheckBytes) {
+      // A disk-backed layer's pages are page cache, not the session's memory.
+      if (declared && *declared >= kMemoryCheckBytes && s.instance->disk_kind() == runtime::DiskKind::memory) {
         view.memory_limit = s.limits.memory_mb << 20;
         if (auto st = s.instance->stats(); st) view.memory_current = st->memory_current_bytes;
       }
     }
     promise.set_value(std::move(view));
-  });
+  };
+  on_reactor([&] { take(); });
   return f.get();
 }
 
@@ -494,7 +644,13 @@ FsLimits SessionManager::fs_limits() const {
 Result<std::shared_ptr<SessionFs>> SessionManager::files(const Caller& caller, const std::string& session_id) {
   auto view = fs_view(caller, session_id, false);
   if (!view) return std::unexpected(view.error());
-  return std::make_shared<SessionFs>(std::move(view->root), view->uid, view->gid, fs_limits());
+  FsLimits limits = fs_limits();
+  limits.max_file_bytes = view->files.max_export_bytes;
+  limits.max_archive_bytes = view->files.max_export_bytes;
+  auto fs = std::make_shared<SessionFs>(std::move(view->root), view->uid, view->gid, limits,
+                                        policy_roots(view->files.writable));
+  apply_file_policy(*fs, *view);
+  return fs;
 }
 
 Result<void> SessionManager::check_declared(const FsView& view, std::optional<uint64_t> declared) const {
@@ -517,8 +673,15 @@ Result<std::unique_ptr<Upload>> SessionManager::open_upload(const Caller& caller
     return fail(ErrorCode::limit, "file larger than " + std::to_string(config_.max_upload_bytes) + " bytes: " + path);
   auto view = fs_view(caller, session_id, true, declared_bytes);
   if (!view) return std::unexpected(view.error());
+  uint64_t cap = std::min(config_.max_upload_bytes, view->files.max_upload_bytes);
+  if (declared_bytes && *declared_bytes > cap)
+    return fail(ErrorCode::limit, "file larger than this session's upload limit of " + std::to_string(cap) +
+                                      " bytes: " + path);
   if (auto r = check_declared(*view, declared_bytes); !r) return std::unexpected(r.error());
-  SessionFs fs(std::move(view->root), view->uid, view->gid, fs_limits());
+  FsLimits limits = fs_limits();
+  limits.max_file_bytes = cap;
+  SessionFs fs(std::move(view->root), view->uid, view->gid, limits, policy_roots(view->files.writable));
+  apply_file_policy(fs, *view);
   auto file = fs.open_upload(path, options);
   if (!file) return std::unexpected(file.error());
   auto fd = file->hand_over();
@@ -535,16 +698,22 @@ Result<std::unique_ptr<ArchiveImport>> SessionManager::open_import(const Caller&
     return fail(ErrorCode::limit, "archive larger than " + std::to_string(config_.max_upload_bytes) + " bytes");
   auto view = fs_view(caller, session_id, true, declared_bytes);
   if (!view) return std::unexpected(view.error());
+  uint64_t cap = std::min(config_.max_upload_bytes, view->files.max_upload_bytes);
+  if (declared_bytes && *declared_bytes > cap)
+    return fail(ErrorCode::limit, "archive larger than this session's upload limit of " + std::to_string(cap) + " bytes");
   if (auto r = check_declared(*view, declared_bytes); !r) return std::unexpected(r.error());
   // A missing or wrong target is answered before the body.
   auto root = ::fcntl(view->root.get(), F_DUPFD_CLOEXEC, 3);
   if (root < 0) return sys_fail("dup the session root");
-  SessionFs fs(UniqueFd(root), view->uid, view->gid, fs_limits());
+  SessionFs fs(UniqueFd(root), view->uid, view->gid, fs_limits(), policy_roots(view->files.writable));
+  apply_file_policy(fs, *view);
+  if (auto w = fs.check_import_target(path); !w) return std::unexpected(w.error());
   auto st = fs.stat(path);
   if (!st) return std::unexpected(st.error());
   if (st->type != "dir" && st->type != "symlink")
     return fail(ErrorCode::invalid_argument, "not a directory: " + path);
   FsLimits limits = fs_limits();
+  limits.max_archive_bytes = cap;
   std::vector<std::string> args{kTarImportCommand,
                                 path,
                                 std::to_string(view->inside_uid),

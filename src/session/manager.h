@@ -39,18 +39,28 @@
 #include <thread>
 
 #include "common/error.h"
+#include "obs/redact.h"
 #include "rootfs/template.h"
+#include "rootfs/volumes.h"
 #include "runtime/runtime.h"
 #include "session/admission.h"
 #include "session/config.h"
+#include "session/observe.h"
+#include "session/egress.h"
 #include "session/output.h"
 #include "session/template_build.h"
 #include "session/templates.h"
+#include "session/pool.h"
+#include "session/secrets.h"
 #include "session/tenants.h"
 #include "session/session_fs.h"
 #include "session/types.h"
 #include "session/upload.h"
 #include "store/store.h"
+
+namespace cela::net {
+class PackageGateway;
+}
 
 namespace cela::session {
 
@@ -62,6 +72,13 @@ using store::SessionPage;
 
 struct Session;
 struct ExecState;
+
+// A volume as the API shows it: its record and who has it mounted now.
+struct VolumeInfo {
+  rootfs::VolumeRecord record;
+  std::string writer;                // session id, "" = none
+  std::vector<std::string> readers;  // session ids
+};
 
 class SessionManager {
  public:
@@ -90,6 +107,20 @@ class SessionManager {
   // Idempotent: a second delete answers the same final record (with its cleanup).
   void remove(const Caller& caller, const std::string& id, Done<store::SessionRecord> done);
 
+  // Back to the template's state, same id: running execs end (`killed`, reason
+  // `reset`), the sandbox is destroyed (a new, empty writable layer; volumes stay) and
+  // a new one booted. conflict while another reset runs. session/storage.cc.
+  void reset(const Caller& caller, const std::string& id, Done<store::SessionRecord> done);
+
+  // ---- volumes (session/storage.cc): persistent, tenant-owned, size-capped
+  // Runs mkfs: call from the blocking pool. conflict when the name exists.
+  Result<VolumeInfo> create_volume(const Caller& caller, const std::string& name, uint64_t size_mb);
+  Result<std::vector<VolumeInfo>> list_volumes(const Caller& caller);
+  Result<VolumeInfo> get_volume(const Caller& caller, const std::string& name);
+  // conflict while a live session has it mounted.
+  void delete_volume(const Caller& caller, const std::string& name, Done<VolumeInfo> done);
+  runtime::DiskPoolStats disk_pool_stats() const { return backend_->disk_pool_stats(); }
+
   // ---- execs
   // Completes once init has started the exec (or said why not): the record.
   void start_exec(const Caller& caller, const std::string& session_id, ExecSpec spec, Done<store::ExecRecord> done);
@@ -113,6 +144,16 @@ class SessionManager {
   // when it is small (else the caller reads it with exec_output).
   void run(const Caller& caller, const std::string& session_id, ExecSpec spec, Done<RunOutcome> done);
 
+  // ---- pause (session/pause.cc)
+  // Freezes every process of the session (state `paused`: no CPU; memory, files and
+  // processes kept) or thaws it (state `ready`). Idempotent; completes once the kernel
+  // reports the new state (the wait is a reactor timer, never a thread). While paused,
+  // the TTL runs on, the idle clock and exec timeouts stop; an exec, stdin, kill or
+  // file call resumes the session first when it was created with auto_resume, else it
+  // answers conflict.
+  void pause(const Caller& caller, const std::string& id, Done<store::SessionRecord> done);
+  void resume(const Caller& caller, const std::string& id, Done<store::SessionRecord> done);
+
   // A path-safe view of the session's filesystem (files API).
   Result<std::shared_ptr<SessionFs>> files(const Caller& caller, const std::string& session_id);
   // A streamed upload of `path` (session/upload.h): the temp file is created and the
@@ -128,6 +169,38 @@ class SessionManager {
   // is started in the session. Waits for the reactor only.
   Result<std::unique_ptr<ArchiveImport>> open_import(const Caller& caller, const std::string& session_id,
                                                      const std::string& path, std::optional<uint64_t> declared_bytes);
+
+  // ---- warm pools (session/pool.cc)
+  // Boots the configured pools' sessions in the background (call after recover()).
+  void start_pools();
+  // What GET /v1/pools shows: one status per configured pool, in config order.
+  void pool_status(Done<std::vector<PoolStatus>> done);
+
+  // ---- observability (session/observe.cc)
+  // The session's metrics now: live ones read from its cgroups, an ended one's limit
+  // events from the audit.
+  void metrics(const Caller& caller, const std::string& id, Done<SessionMetrics> done);
+  // The caller's tenant's audit records (store reads, any thread).
+  Result<AuditPage> audit_records(const Caller& caller, const AuditQuery& query);
+  // A session's lifecycle and limit events after `after_seq`; `ended` tells whether the
+  // session's record is final (no more will come). Any thread.
+  Result<std::vector<obs::AuditRecord>> session_events(const Caller& caller, const std::string& id,
+                                                       int64_t after_seq, bool& ended);
+  // Live sessions by state and tenant (the /metrics collector). Any thread.
+  std::vector<std::pair<std::pair<std::string, std::string>, int64_t>> sessions_by_state() const;
+  // An export (download or archive) of a live session leaves a record: path, size,
+  // sha256 (the audit; session/audit_hook.h).
+  void record_export(const Caller& caller, const std::string& session_id, std::string_view kind,
+                     std::string_view path, uint64_t size, std::string_view sha256);
+
+  // ---- packages
+  // The gateway sessions' package managers talk to (daemon-owned, outlives the
+  // manager); set before serving. Without one, `packages` in a create is refused.
+  // It is registered with the egress proxy as the internal service of its host.
+  void set_package_gateway(std::shared_ptr<net::PackageGateway> gateway);
+  // The session's install records (also after it ended), oldest first.
+  Result<store::PackageInstallPage> package_installs(const Caller& caller, const std::string& session_id,
+                                                     const store::PageRequest& page);
 
   // ---- templates (templates_api.cc, snapshot.cc)
   // The stores as the caller's tenant sees them (shared + its own).
@@ -150,6 +223,20 @@ class SessionManager {
   const DaemonConfig& config() const { return config_; }
   // Tenants and keys (any thread).
   Tenants& tenants() { return tenants_; }
+  // The egress proxy every door goes to (net/egress_proxy.h): register internal
+  // services here before serving.
+  net::EgressProxy& egress() { return *egress_; }
+  // A tenant's network ceiling (admin-set; nullopt = none). Setting one checks its rules
+  // (invalid_argument) and applies to the tenant's live doors for new connections at
+  // once; sessions' own rules beyond it then simply stop matching. Any thread.
+  Result<std::optional<store::NetworkCeiling>> network_ceiling(const std::string& tenant_id);
+  Result<void> set_network_ceiling(const std::string& tenant_id, const std::optional<store::NetworkCeiling>& ceiling);
+  // GET /v1/sessions/{id}/egress: the session's attempts, oldest first (any thread).
+  Result<std::pair<std::vector<store::EgressRecord>, std::string>> egress_records(const Caller& caller,
+                                                                                  const std::string& session_id,
+                                                                                  const store::PageRequest& page);
+  // Tenant secrets, sealed at rest (any thread).
+  Secrets& secrets() { return secrets_; }
 
  private:
   friend struct ExecState;
@@ -168,6 +255,29 @@ class SessionManager {
                 Done<store::SessionRecord> done);
   void booted(std::shared_ptr<Session> session, Result<std::unique_ptr<runtime::Instance>> instance,
               Done<store::SessionRecord> done);
+  runtime::InstanceSpec instance_spec(const std::string& id, const rootfs::Template& tmpl,
+                                      const SessionLimits& limits) const;
+
+  // pool.cc. claim_pooled: true when it answered `done` (a claim, or a refusal of the
+  // caller's quota); false when no pool of the spec's shape has a ready session (the
+  // create boots cold). fill_pools boots what the pools lack; drain_pools ends them all.
+  bool claim_pooled(const Caller& caller, const CreateSessionSpec& spec, std::chrono::steady_clock::time_point began,
+                    Done<store::SessionRecord>& done);
+  void fill_pools();
+  void boot_pooled(WarmPool& pool);
+  void pooled_booted(WarmPool& pool, std::shared_ptr<Session> session,
+                     Result<std::unique_ptr<runtime::Instance>> instance, std::chrono::steady_clock::time_point began);
+  void drop_pooled(WarmPool& pool, const std::shared_ptr<Session>& session, const std::string& why);
+  void retry_pool_later(WarmPool& pool, const Error& why);
+  void drain_pools();
+
+  // Secret grants (grants.cc): opened at create (not_found for an unknown name),
+  // written once the sandbox is up, ended at their TTL and at teardown (file wiped,
+  // value wiped; true when it was live).
+  Result<void> resolve_grants(const Caller& caller, Session& s, const std::vector<SecretGrantSpec>& grants);
+  Result<void> install_grants(const std::shared_ptr<Session>& session);
+  bool end_grant(Session& s, size_t index, std::string_view why);
+  uint64_t end_grants(Session& s, std::string_view why);
 
   // Reactor-only lookups and transitions.
   Result<std::shared_ptr<Session>> find_live(const Caller& caller, const std::string& id);
@@ -176,11 +286,48 @@ class SessionManager {
   void terminate(const std::shared_ptr<Session>& session, std::string state, std::string reason,
                  std::string message);
   void arm_session_timer(const std::shared_ptr<Session>& session);
+  // Storage (session/storage.cc): volumes of a create, checked and claimed for the
+  // session (reactor); given back when it ends; the live disk meters get() reads.
+  Result<void> claim_volumes(Session& session, const std::vector<VolumeMountSpec>& volumes);
+  void release_volumes(Session& session);
+  void set_meter(const std::string& id, std::shared_ptr<runtime::DiskMeter> meter, uint64_t resets);
+  void drop_meter(const std::string& id);
+  void fill_disk(store::SessionRecord& record) const;
+  void rebooted(std::shared_ptr<Session> session, Result<std::unique_ptr<runtime::Instance>> instance,
+                std::chrono::steady_clock::time_point began, Done<store::SessionRecord> done);
+  VolumeInfo volume_info(rootfs::VolumeRecord record) const;
+  // Runs a disk layer's release on a launcher thread; with `record`, the session's
+  // cleanup report then says whether its loop device let go (set_cleanup), and what
+  // waits in after_release runs.
+  void release_disk_later(std::shared_ptr<Session> session, std::function<bool()> release, bool record);
+  void pause_or_resume(const Caller& caller, const std::string& id, bool frozen, Done<store::SessionRecord> done);
+  // pause.cc: freezes or thaws; `done` once the kernel reports it (or why not).
+  void set_frozen(const std::shared_ptr<Session>& session, bool frozen, Done<void> done);
+  // True when the session runs now. Else false, and `retry` runs on the reactor once it
+  // does (after the resume auto_resume starts, or after a change in flight), or gets
+  // the error (conflict: paused without auto_resume; the resume failed).
+  bool running_or_later(Session& session, std::function<void(Result<void>)> retry);
+  void arm_exec_start_timer(const std::shared_ptr<Session>& session, const std::shared_ptr<ExecState>& e,
+                            std::chrono::steady_clock::duration after);
+  void arm_exec_timeout(ExecState& e, std::chrono::steady_clock::duration after);
   void exec_started(ExecState& e);
   void exec_finished(ExecState& e);
   void maybe_finish(ExecState& e);
   void retry_unrecorded();
   void arm_retention();
+
+  // session/observe.cc
+  void observe_created(const std::shared_ptr<Session>& session);
+  void observe_create_failed(const store::SessionRecord& record, const std::string& reason, const std::string& message);
+  void observe_terminated(Session& session);
+  void observe_exec_started(ExecState& e, const ExecSpec& spec);
+  void observe_exec_limits(ExecState& e);
+  void observe_exec_ended(ExecState& e);
+  void observe_process(Session& session, const runtime::ProcessEvent& event);
+  void limit_event(Session& session, const std::string& kind, const std::string& detail, const std::string& exec_id);
+  void arm_sampler(const std::shared_ptr<Session>& session);
+  void arm_audit_retention();
+  std::unique_ptr<boost::asio::steady_timer> audit_retention_timer_;
 
   // What the files API needs of a live session, taken on the reactor.
   struct FsView {
@@ -189,6 +336,8 @@ class SessionManager {
     uint32_t inside_uid = 0, inside_gid = 0;  // the same, as the sandbox sees them
     uint64_t memory_limit = 0, memory_current = 0;     // uploads of kMemoryCheckBytes or more
     std::shared_ptr<runtime::WriterLauncher> writers;  // uploads only
+    FilePolicy files;                                  // the session's file policy
+    std::shared_ptr<const obs::Redactions> redactions;  // its granted secrets
   };
   // for_upload: also the writers, and the memory usage when `declared` is large enough
   // for it to matter (reading the cgroup's statistics costs more than a small upload).
@@ -196,6 +345,16 @@ class SessionManager {
                          std::optional<uint64_t> declared = std::nullopt);
   static constexpr uint64_t kMemoryCheckBytes = 1 << 20;
   FsLimits fs_limits() const;
+
+  // Egress (session/egress_session.cc): the proxy, at open; a create's door and
+  // policy; handing the booted sandbox's door to the proxy; PATCH network.
+  Result<void> open_egress();
+  Result<void> egress_for(const Caller& caller, const CreateSessionSpec& spec, Session& session);
+  Result<void> open_session_door(Session& session);
+  Result<void> patch_network(Session& session, const PatchSpec& spec);
+  // The session's file policy applied to a view: writable roots, the sandbox user's
+  // permissions, exportable roots and the secret scan of exports (file_access.cc).
+  void apply_file_policy(SessionFs& fs, const FsView& view) const;
   // limit when `declared` cannot fit the session (free disk, memory headroom); callers
   // check max_upload_bytes first, before taking the view.
   Result<void> check_declared(const FsView& view, std::optional<uint64_t> declared) const;
@@ -203,9 +362,15 @@ class SessionManager {
   DaemonConfig config_;
   store::Store& store_;
   Tenants tenants_{store_};
+  Secrets secrets_{store_, config_.state_dir + "/secrets.key"};
   rootfs::TemplateStore templates_;
+  rootfs::VolumeStore volumes_;
   std::unique_ptr<runtime::Backend> backend_;
   std::string output_dir_;
+  // The recorder outlives the proxy that reports to it.
+  std::unique_ptr<EgressRecorder> egress_recorder_;
+  std::unique_ptr<net::EgressProxy> egress_;
+  std::string egress_ca_pem_;  // egress.ca_file, handed to sessions with a door
 
   boost::asio::io_context reactor_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> reactor_work_;
@@ -224,7 +389,33 @@ class SessionManager {
   std::map<std::string, store::SessionRecord> unrecorded_;
   std::map<std::string, std::vector<store::ExecRecord>> pending_execs_;  // by session; reactor-only
   std::unique_ptr<boost::asio::steady_timer> retry_timer_, retention_timer_;
+  std::vector<std::unique_ptr<WarmPool>> pools_;  // config order
   bool stopping_ = false;
+  // Who has each volume ("<tenant>/<name>") mounted: one writer, any readers. Reactor
+  // writes; get_volume/list_volumes read under volume_mu_ (a leaf lock).
+  struct VolumeUsers {
+    std::string writer;
+    std::vector<std::string> readers;
+  };
+  mutable std::mutex volume_mu_;
+  std::map<std::string, VolumeUsers> volume_users_;
+  // The writable-layer meters of live sessions, for get() on any thread (leaf lock).
+  mutable std::mutex meters_mu_;
+  struct MeterEntry {
+    std::shared_ptr<runtime::DiskMeter> meter;
+    uint64_t resets = 0;
+  };
+  std::map<std::string, MeterEntry> meters_;
+
+  // Live sessions per (tenant, state), for the collector (written on the reactor).
+  mutable std::mutex by_state_mu_;
+  std::map<std::pair<std::string, std::string>, int64_t> by_state_;
+  void count_state(const std::string& tenant, const std::string& from, const std::string& to);
+  // Walks of writable layers after execs (files.written), off the reactor.
+  boost::asio::thread_pool observer_{1};
+
+  std::shared_ptr<net::PackageGateway> packages_;
+  std::string package_keyring_;  // packages.debian_keyring's bytes, read at open
 
   // Template versions sessions are booting on (tenant/name@version -> count): a
   // version is in use from admission, not only once it is live. Reactor-only.

@@ -144,6 +144,15 @@ void OutputPipeline::capture(Stream stream, std::string_view data) {
   }
 }
 
+void OutputPipeline::flush_filter() {
+  if (!filter_) return;
+  for (auto stream : {Stream::stdout_stream, Stream::stderr_stream}) {
+    scratch_.clear();
+    filter_->flush(stream, scratch_);
+    if (!scratch_.empty()) keep(stream, scratch_);
+  }
+}
+
 void OutputPipeline::keep(Stream stream, std::string_view data) {
   StreamState& st = streams_[index(stream)];
   st.total += data.size();

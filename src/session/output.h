@@ -51,6 +51,8 @@ class OutputFilter {
  public:
   virtual ~OutputFilter() = default;
   virtual void filter(Stream stream, std::string_view in, std::string& out) = 0;
+  // The stream ended: what the filter still holds (a redactor's carry-over).
+  virtual void flush(Stream, std::string&) {}
 };
 
 class OutputPipeline {
@@ -62,6 +64,9 @@ class OutputPipeline {
 
   // A chunk read from the exec.
   void capture(Stream stream, std::string_view data);
+  // The streams have ended: the filter releases what it held (call before finish()
+  // and before reading the byte counts).
+  void flush_filter();
   // The exec has ended: followers get `record` once they have replayed everything.
   void finish(const store::ExecRecord& record);
 

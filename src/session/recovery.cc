@@ -18,6 +18,10 @@ Result<int64_t> SessionManager::recover() {
     for (const store::SessionRecord& s : *live) {
       CleanupReport cleanup;  // processes_killed unknown: they died with the old daemon
       cleanup.cgroup_removed = cleanup.mounts_removed = cleanup.upper_dir_freed = true;
+      // A disk-backed layer's image was never linked and its loop device clears
+      // itself; the backend's opening checked every device this state dir recorded
+      // (runtime/storage.h DiskPool::open) before this runs.
+      if (s.spec.disk_kind == "disk") cleanup.loop_detached = true;
       if (auto r = backend_->remove_stale(s.id); !r) {
         std::fprintf(stderr, "cela: recover: cgroup of %s: %s\n", s.id.c_str(), r.error().message().c_str());
         cleanup.cgroup_removed = false;
@@ -29,6 +33,16 @@ Result<int64_t> SessionManager::recover() {
                                   cleanup);
     }
     (void)store_.close_running_execs("the daemon restarted while the exec was running");
+    // Warm pools' sandboxes: never claimed, so nothing to record; only their cgroups.
+    if (auto pooled = store_.pooled_ids(); pooled) {
+      for (const std::string& id : *pooled) {
+        if (auto r = backend_->remove_stale(id); !r)
+          std::fprintf(stderr, "cela: recover: cgroup of pooled %s: %s\n", id.c_str(), r.error().message().c_str());
+        (void)store_.remove_pooled(id);
+      }
+    } else {
+      std::fprintf(stderr, "cela: recover: pooled sessions: %s\n", pooled.error().message().c_str());
+    }
     promise.set_value(static_cast<int64_t>(live->size()));
   });
   return f.get();

@@ -152,9 +152,70 @@ Result<UniqueFd> SessionFs::open_in_root(std::string_view path, int flags) const
 }
 
 Result<void> SessionFs::check_writable(int dir_fd, std::string_view path) const {
-  if (std::ranges::find(writable_roots_, "/") != writable_roots_.end()) return {};
+  if (as_owner_)
+    if (auto r = check_owner_may_write(dir_fd, path); !r) return r;
+  auto in = within(dir_fd, path, writable_roots_);
+  if (!in) return std::unexpected(in.error());
+  if (*in) return {};
+  return fail(ErrorCode::policy_denied, "outside the writable paths: " + std::string(path));
+}
+
+bool SessionFs::owner_may_write(const struct stat& dir) const {
+  mode_t m = dir.st_mode;
+  return (dir.st_uid == owner_uid_) ? (m & S_IWUSR) : (dir.st_gid == owner_gid_) ? (m & S_IWGRP) : (m & S_IWOTH);
+}
+
+Result<void> SessionFs::check_owner_may_write(int dir_fd, std::string_view path) const {
+  auto st = stat_fd(dir_fd, "check " + std::string(path));
+  if (!st) return std::unexpected(st.error());
+  mode_t m = st->st_mode;
+  if (!owner_may_write(*st))
+    return fail(ErrorCode::permission_denied,
+                "the sandbox user may not write in the directory of " + std::string(path) + " (its permissions)");
+  if ((m & S_ISVTX) && st->st_uid != owner_uid_) {
+    // Sticky: only the entry's owner may replace or remove it.
+    SplitPath split = split_path(path);
+    struct stat entry {};
+    if (!split.name.empty() && ::fstatat(dir_fd, split.name.c_str(), &entry, AT_SYMLINK_NOFOLLOW) == 0 &&
+        entry.st_uid != owner_uid_)
+      return fail(ErrorCode::permission_denied,
+                  std::string(path) + " belongs to another user in a sticky directory");
+  }
+  return {};
+}
+
+Result<void> SessionFs::check_import_target(std::string_view dir) const {
+  if (auto r = check_path(dir); !r) return r;
+  auto fd = open_in_root(dir, O_PATH | O_DIRECTORY);
+  if (!fd) return std::unexpected(fd.error());
+  auto st = stat_fd(fd->get(), "check " + std::string(dir));
+  if (!st) return std::unexpected(st.error());
+  if (as_owner_ && !owner_may_write(*st)) {
+    return fail(ErrorCode::permission_denied,
+                "the sandbox user may not write in " + std::string(dir) + " (its permissions)");
+  }
+  auto in = within(fd->get(), dir, writable_roots_);
+  if (!in) return std::unexpected(in.error());
+  if (!*in) return fail(ErrorCode::policy_denied, "outside the writable paths: " + std::string(dir));
+  return {};
+}
+
+bool SessionFs::exports_everything() const {
+  return std::ranges::find(export_roots_, "/") != export_roots_.end();
+}
+
+Result<void> SessionFs::check_exportable(int dir_fd, std::string_view path) const {
+  if (exports_everything()) return {};
+  auto in = within(dir_fd, path, export_roots_);
+  if (!in) return std::unexpected(in.error());
+  if (*in) return {};
+  return fail(ErrorCode::policy_denied, "outside the exportable paths: " + std::string(path));
+}
+
+Result<bool> SessionFs::within(int dir_fd, std::string_view path, const std::vector<std::string>& roots) const {
+  if (std::ranges::find(roots, "/") != roots.end()) return true;
   std::vector<struct stat> allowed;
-  for (const auto& root : writable_roots_) {
+  for (const auto& root : roots) {
     if (!check_path(root)) continue;
     auto fd = open_in_root(root, O_PATH | O_DIRECTORY);
     if (!fd) continue;  // a missing writable root matches nothing
@@ -173,7 +234,7 @@ Result<void> SessionFs::check_writable(int dir_fd, std::string_view path) const 
     auto st = stat_fd(cur->get(), "check " + std::string(path));
     if (!st) return std::unexpected(st.error());
     for (const auto& a : allowed)
-      if (same_inode(*st, a)) return {};
+      if (same_inode(*st, a)) return true;
     if (same_inode(*st, *root_st)) break;
     int parent = ::openat(cur->get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (parent < 0) return fs_fail("check " + std::string(path));
@@ -183,7 +244,7 @@ Result<void> SessionFs::check_writable(int dir_fd, std::string_view path) const 
     if (same_inode(*up_st, *st)) break;
     *cur = std::move(up);
   }
-  return fail(ErrorCode::permission_denied, "outside the writable paths: " + std::string(path));
+  return false;
 }
 
 Result<void> SessionFs::make_dir_at(int dir_fd, const std::string& name, uint32_t mode,
@@ -302,6 +363,16 @@ Result<WriteResult> SessionFs::write_file(std::string_view path, std::string_vie
 Result<OpenedFile> SessionFs::open_read(std::string_view path) {
   if (auto r = check_path(path); !r) return std::unexpected(r.error());
   std::string what = "read " + std::string(path);
+  if (!exports_everything()) {
+    // The resolved parent must be exportable, and the file itself is not a symlink
+    // (its target could be anywhere in the root).
+    auto parent = open_parent(path, /*writable=*/false, /*make_parents=*/false);
+    if (!parent) return std::unexpected(parent.error());
+    if (auto r = check_exportable(parent->dir.get(), path); !r) return std::unexpected(r.error());
+    struct stat lst {};
+    if (::fstatat(parent->dir.get(), parent->name.c_str(), &lst, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(lst.st_mode))
+      return fail(ErrorCode::policy_denied, "a symlink is not exported (ask for its target): " + std::string(path));
+  }
   // O_PATH first: opening a fifo or a device for reading would block or reach a driver.
   auto path_fd = open_at(root_.get(), std::string(path), O_PATH, kInRoot, what);
   if (!path_fd) return std::unexpected(path_fd.error());
@@ -339,6 +410,7 @@ Result<std::string> SessionFs::read_file(std::string_view path) {
     if (static_cast<uint64_t>(n) > limits_.max_file_bytes - data.size()) return too_big();
     data.append(buf, static_cast<size_t>(n));
   }
+  if (export_filter_) return export_filter_(path, std::move(data));
   return data;
 }
 

@@ -48,6 +48,7 @@
 // another location inside the root, never outside it.
 #pragma once
 
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -179,6 +180,7 @@ class SessionFs {
   // followed); special files and mount points are skipped; hard links are stored as
   // separate files; uid/gid are stored as 0. limit once the stream would pass
   // max_archive_bytes or the entries max_archive_entries; a sink error is returned as is.
+  // An empty `sink` only checks the export policy of `dir`.
   Result<void> export_tar(std::string_view dir,
                           const std::function<Result<void>(std::string_view chunk)>& sink);
   // Extracts a tar (optionally gzip/bzip2/xz/zstd compressed, decoders built into
@@ -201,6 +203,29 @@ class SessionFs {
   // a file that cannot fit fails cleanly instead of meeting the OOM killer).
   void set_room_check(std::function<Result<void>(uint64_t bytes)> check) { room_check_ = std::move(check); }
 
+  // Mutations respect the owner's permissions (API.md "File policy"): the directory a
+  // file is created in, replaced in or removed from must be writable by owner_uid/gid
+  // by its mode bits (owner, group, other), and in a sticky directory an entry of
+  // another owner is not replaced or removed: permission_denied, as the sandbox user
+  // would get. Off by default (a sandbox user that is root inside passes anyway).
+  void respect_owner_permissions(bool on) { as_owner_ = on; }
+  // Whether an archive may be imported into directory `dir`: within the writable
+  // roots and (respect_owner_permissions) writable by the owner.
+  Result<void> check_import_target(std::string_view dir) const;
+
+  // Exports (read_file, open_read, export_tar): the resolved directory must be at or
+  // below one of `roots` (policy_denied otherwise; "/" for all), and a final component
+  // that is a symlink is not followed (policy_denied: ask for its target). `filter`, when
+  // set, sees each exported regular file whole (read_file's data, each archive entry)
+  // and returns the bytes to send (redacted) or an error (refused); archive entries
+  // larger than max_file_bytes are then refused (limit) since they cannot be scanned.
+  using ExportFilter = std::function<Result<std::string>(std::string_view path, std::string data)>;
+  bool has_export_filter() const { return bool(export_filter_); }
+  void set_export_policy(std::vector<std::string> roots, ExportFilter filter) {
+    export_roots_ = std::move(roots);
+    export_filter_ = std::move(filter);
+  }
+
  private:
   struct ParentDir {
     UniqueFd dir;      // O_PATH fd of the resolved parent directory
@@ -212,6 +237,12 @@ class SessionFs {
   Result<ParentDir> open_parent(std::string_view path, bool writable, bool make_parents) const;
   Result<UniqueFd> make_dirs(std::string_view path) const;
   Result<void> check_writable(int dir_fd, std::string_view path) const;
+  // Whether the resolved directory is at or below one of `roots`.
+  Result<bool> within(int dir_fd, std::string_view path, const std::vector<std::string>& roots) const;
+  Result<void> check_owner_may_write(int dir_fd, std::string_view path) const;
+  bool owner_may_write(const struct stat& dir) const;
+  Result<void> check_exportable(int dir_fd, std::string_view path) const;
+  bool exports_everything() const;
   // Creates directory `name` in `dir_fd` with `mode`, owned by the owner (EEXIST is
   // returned as an error with err == EEXIST).
   Result<void> make_dir_at(int dir_fd, const std::string& name, uint32_t mode,
@@ -228,6 +259,9 @@ class SessionFs {
   FsLimits limits_;
   std::vector<std::string> writable_roots_;
   std::function<Result<void>(uint64_t)> room_check_;
+  bool as_owner_ = false;
+  std::vector<std::string> export_roots_{"/"};
+  ExportFilter export_filter_;
 };
 
 }  // namespace cela::session

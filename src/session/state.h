@@ -4,17 +4,23 @@
 
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <functional>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "net/policy.h"
 #include "rootfs/template.h"
 #include "runtime/runtime.h"
 #include "session/admission.h"
 #include "session/exec_outcome.h"
+#include "session/observe.h"
 #include "session/output.h"
+#include "session/pool.h"
+#include "session/secret_grants.h"
 #include "session/types.h"
 #include "store/records.h"
 
@@ -41,7 +47,15 @@ struct ExecState final : runtime::ExecListener {
   uint64_t timeout_ms = 0;
   Clock::time_point started_at;
   ExecObservation observed;
+  // The session's counters when the exec started (limit events are their deltas) and
+  // its wall-clock start (files written since).
+  std::optional<runtime::Stats> session_at_start;
+  int64_t started_wall_ms = 0;
+  uint64_t processes = 0;  // programs executed in it (process.exec)
   std::unique_ptr<boost::asio::steady_timer> start_timer, timeout, grace, linger;
+  // While the session is paused, the start and timeout timers are stopped and what was
+  // left of them kept here (session/pause.cc): a frozen exec's time does not run out.
+  std::optional<Clock::duration> start_left, timeout_left;
   // Waiting for the start (POST …/execs) and for the end (…/run).
   std::vector<Done<store::ExecRecord>> on_start, on_end;
 
@@ -62,14 +76,48 @@ struct Session {
   HostGrant grant;  // held in Admission from admission to the end
   std::vector<std::string> env;
   bool allow_sudo = false;
+  // The egress door (network allowlist, or a service such as the package gateway
+  // needs it) and what it lets through.
+  bool door = false;
+  net::EgressPolicy egress;
+  std::optional<net::PackagePolicy> packages;  // when the create asked for `packages`
   std::unique_ptr<runtime::Instance> instance;
   // Made on the first upload and kept (its cgroup descriptors are opened once).
   std::shared_ptr<runtime::WriterLauncher> writers;
   std::map<std::string, std::shared_ptr<ExecState>> execs;
+  // Secret grants and the redaction of their values (for the session's whole life,
+  // also after a grant expired: copies may still be printed).
+  std::vector<SecretGrant> secrets;
+  std::shared_ptr<const obs::Redactions> redactions;
+  FilePolicy files;
   std::unique_ptr<boost::asio::steady_timer> timer;
   Clock::time_point expires, last_activity;
   bool ended = false;
   bool snapshotting = false;  // frozen while its writable layer is copied
+  // What the runtime was asked for (reset boots it again), and whether a reset is
+  // between its teardown and the new init (the session has no instance then).
+  runtime::InstanceSpec instance_spec;
+  bool resetting = false;
+  // A disk layer being released off the reactor after the end; what waits for it (a
+  // DELETE answers once the cleanup report can say the loop device let go).
+  bool disk_pending = false;
+  std::vector<std::function<void()>> after_release;
+  // Pause (session/pause.cc). `pausing` and `resuming` last until the kernel reports the
+  // freezer's new state; calls arriving meanwhile wait in after_freeze and run again.
+  enum class Freeze { running, pausing, paused, resuming } freeze = Freeze::running;
+  std::vector<std::function<void()>> after_freeze;
+  uint64_t auto_pause_s = 0;
+  bool auto_resume = false;
+  // While it waits in a warm pool (session/pool.cc): booted, never given code, no
+  // tenant, not in the live map. nullptr for every session callers can see.
+  WarmPool* pool = nullptr;
+  // Observability (session/observe.cc): limits hit, the sampled history and its timer.
+  std::vector<LimitEvent> limit_events;
+  std::deque<MetricSample> history;
+  std::unique_ptr<boost::asio::steady_timer> sampler;
+  Clock::time_point created_at = Clock::now();
+  uint64_t processes = 0;
+  uint64_t oom_kills = 0;  // seen by its execs (v1 counts them in the exec's own cgroup)
 
   int running_execs() const {
     int n = 0;

@@ -11,15 +11,24 @@
 namespace cela::session {
 namespace asio = boost::asio;
 
-// TTL or idle timeout, whichever comes first. Idle time counts only while no exec runs,
-// from the end of the last one (exec_finished re-arms this timer).
+namespace {
+// The idle clock runs while no exec runs and the session is not paused (nor pausing or
+// resuming), from the end of the last exec, the last call or the resume.
+bool idle_clock_runs(const Session& s) { return s.running_execs() == 0 && s.freeze == Session::Freeze::running; }
+}  // namespace
+
+// TTL, idle timeout or auto-pause, whichever comes first. The TTL runs always, paused
+// or not; the idle clock as above (exec_finished and set_frozen re-arm this timer).
 void SessionManager::arm_session_timer(const std::shared_ptr<Session>& session) {
   assert_on_reactor();
   if (!session->timer || session->ended) return;
   auto at = session->expires;
-  if (session->limits.idle_timeout_s > 0 && session->running_execs() == 0) {
-    auto idle_at = session->last_activity + std::chrono::seconds(session->limits.idle_timeout_s);
-    if (idle_at < at) at = idle_at;
+  if (idle_clock_runs(*session)) {
+    for (uint64_t after : {session->limits.idle_timeout_s, session->auto_pause_s}) {
+      if (!after) continue;
+      auto idle_at = session->last_activity + std::chrono::seconds(after);
+      if (idle_at < at) at = idle_at;
+    }
   }
   session->timer->expires_at(at);
   std::weak_ptr<Session> weak = session;
@@ -30,11 +39,18 @@ void SessionManager::arm_session_timer(const std::shared_ptr<Session>& session) 
     auto now = Clock::now();
     if (now >= s->expires)
       return terminate(s, "terminated", "ttl_expired", "the session's ttl of " + std::to_string(s->limits.ttl_s) + " s ran out");
-    bool idle = s->limits.idle_timeout_s > 0 && s->running_execs() == 0 &&
-                now >= s->last_activity + std::chrono::seconds(s->limits.idle_timeout_s);
-    if (idle)
+    auto idle_for = [&](uint64_t seconds) {
+      return seconds > 0 && idle_clock_runs(*s) && now >= s->last_activity + std::chrono::seconds(seconds);
+    };
+    if (idle_for(s->limits.idle_timeout_s))
       return terminate(s, "terminated", "idle_timeout",
                        "no activity for " + std::to_string(s->limits.idle_timeout_s) + " s");
+    if (idle_for(s->auto_pause_s)) {
+      // set_frozen re-arms this timer once the freezer has settled.
+      return set_frozen(s, true, [id = s->record.id](Result<void> r) {
+        if (!r) std::fprintf(stderr, "cela: auto-pause of %s: %s\n", id.c_str(), r.error().message().c_str());
+      });
+    }
     arm_session_timer(s);  // activity moved the deadline
   });
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "net/package_policy.h"
 #include "store/records.h"
 
 namespace cela::session {
@@ -31,18 +32,58 @@ using store::ExecRecord;
 using store::IssuedKey;
 using store::KeyRecord;
 using store::NetworkPolicy;
+using store::PackageInstallPage;
+using store::PackageInstallRecord;
 using store::Quotas;
 using store::SessionLimits;
 using store::SessionRecord;
 using store::TenantRecord;
 
+// One secret grant of a create request (`secrets: [...]`, API.md "Secrets").
+struct SecretGrantSpec {
+  std::string name;
+  bool as_file = false;  // false: env
+  std::string env;       // env mode: the variable (default: the name)
+  std::string path;      // file mode: /run/secrets/<file> (default: /run/secrets/NAME)
+  uint64_t ttl_s = 0;    // 0: the session's life
+};
+
+// What may be written into a session and what may leave it (API.md "File policy").
+// Patterns are absolute paths, "/dir/**" for a whole tree.
+enum class SecretScan { refuse, redact, off };
+struct FilePolicy {
+  std::vector<std::string> writable{"/**"};
+  std::vector<std::string> exportable{"/**"};
+  uint64_t max_upload_bytes = 256ull << 20;
+  uint64_t max_export_bytes = 256ull << 20;
+  SecretScan scan_secrets = SecretScan::refuse;
+};
+
+// A volume of the caller's tenant to show at `path` (absolute; validated by the API).
+using store::VolumeMountSpec;
+
 // POST /v1/sessions, validated against the daemon's maxima by the API.
 struct CreateSessionSpec {
   std::string template_name;
   SessionLimits limits;
+  std::optional<std::string> disk_kind;  // "disk" | "memory"; unset: the daemon's disk.kind
+  std::vector<VolumeMountSpec> volumes;
   std::vector<std::string> env;  // "K=V"
   std::map<std::string, std::string> metadata;
   std::optional<bool> allow_sudo;  // unset: what the template promises
+  uint64_t auto_pause_s = 0;       // pause once idle this long; 0 = never (session/pause.cc)
+  bool auto_resume = false;        // an exec or file call on a paused session resumes it
+  bool use_pool = true;            // `"pool": false` always boots a fresh sandbox
+  // "network": mode none (no door) or allowlist (the door, under these rules).
+  NetworkPolicy network;
+  // The session gets the egress door even with network mode none (then it reaches
+  // internal services only, e.g. the package gateway; net/internal_service.h).
+  bool egress_door = false;
+  // `packages` (API.md): unset leaves the session's package managers as the template
+  // has them; set, they go through the package gateway in the mode asked for.
+  std::optional<net::PackageRequest> packages;
+  std::vector<SecretGrantSpec> secrets;
+  std::optional<FilePolicy> files;  // unset: the daemon's defaults
 };
 
 enum class ExecUser { user, root };
@@ -68,6 +109,8 @@ struct KillSpec {
 
 struct PatchSpec {
   std::optional<uint64_t> ttl_s;
+  // "network": {"allow", "deny"}: the rules of new connections (mode stays).
+  std::optional<std::vector<std::string>> network_allow, network_deny;
 };
 
 // An exec's kept output, whole (GET …/output and /run answers).

@@ -27,6 +27,29 @@ struct Quotas {
   double max_cpus = 0;
 };
 
+// One attempt through a session's egress door (GET /v1/sessions/{id}/egress).
+struct EgressRecord {
+  std::string session_id, tenant_id;
+  std::string at;    // RFC 3339
+  std::string kind;  // connect, http, socks, service
+  std::string host, ip;
+  int64_t port = 0;
+  bool allowed = false;
+  std::string rule, reason;
+  int64_t bytes_up = 0, bytes_down = 0, duration_ms = 0;
+};
+
+// A limit a session's egress hit (kind egress_bandwidth, egress_connections).
+struct LimitEventRecord {
+  std::string at, kind, detail;
+};
+
+// A tenant's network ceiling (admin-set): the rules its sessions' rules must fit.
+struct NetworkCeiling {
+  std::vector<std::string> allow, deny;
+  bool operator==(const NetworkCeiling&) const = default;
+};
+
 struct TenantRecord {
   std::string id;  // "t-<16 hex>"
   std::string name;
@@ -81,7 +104,16 @@ struct SessionLimits {
 struct NetworkPolicy {
   std::string mode = "none";
   std::vector<std::string> allow;
+  std::vector<std::string> deny;
   bool operator==(const NetworkPolicy&) const = default;
+};
+
+// A volume mounted into a session (create body `volumes`).
+struct VolumeMountSpec {
+  std::string name;
+  std::string path;
+  bool read_only = false;
+  bool operator==(const VolumeMountSpec&) const = default;
 };
 
 // What of the accepted create request is kept (never secret values): what recovery
@@ -89,6 +121,10 @@ struct NetworkPolicy {
 struct KeptSpec {
   std::string template_name;
   bool allow_sudo = false;
+  std::string disk_kind;  // "disk" | "memory" ("" in records older than it)
+  std::vector<VolumeMountSpec> volumes;
+  uint64_t auto_pause_s = 0;  // pause after this many idle seconds; 0 = never
+  bool auto_resume = false;   // an exec or file call on a paused session resumes it
   bool operator==(const KeptSpec&) const = default;
 };
 
@@ -99,6 +135,11 @@ struct CleanupReport {
   bool mounts_removed = false;
   bool upper_dir_freed = false;
   uint64_t secrets_wiped = 0;
+  // The writable layer's last reading, and for a disk-backed one whether its loop
+  // device let go (its image was never linked: gone with its last reference).
+  std::optional<uint64_t> disk_used_bytes, disk_written_bytes;
+  std::optional<bool> loop_detached;
+  uint64_t volumes_released = 0;
   std::string error;  // "" when clean
   bool operator==(const CleanupReport&) const = default;
 };
@@ -125,6 +166,10 @@ struct SessionRecord {
   std::string termination_at;
   std::string termination_message;
   std::optional<CleanupReport> cleanup;  // unset until cleaned up
+  // Live readings of the writable layer (not stored: filled in by the session layer
+  // for a live session; an ended one's are in `cleanup`).
+  std::optional<uint64_t> disk_used_bytes, disk_written_bytes;
+  uint64_t resets = 0;  // POST …/reset calls so far (not stored)
 };
 
 
@@ -167,6 +212,20 @@ struct ExecRecord {
 };
 
 
+// ---- Secrets ----
+
+// A tenant secret as stored: the value only sealed (AES-256-GCM by the session layer,
+// session/secrets.h); the store never sees the plaintext.
+struct SecretRecord {
+  std::string tenant_id;
+  std::string name;
+  std::string sealed;      // base64 of nonce | ciphertext | tag
+  std::string set_by;      // the key id that set it, "local-root" for the unix socket
+  std::string created_at;  // when this value was set
+  std::string expires_at;  // "" = never
+  int64_t ttl_s = 0;       // 0 = none
+};
+
 // Where an exec's captured stream lives on disk; the session layer writes the bytes.
 struct OutputRecord {
   std::string exec_id;
@@ -176,6 +235,24 @@ struct OutputRecord {
   bool truncated = false;
 };
 
+
+// ---- Package installs (the package gateway's records) ----
+
+struct PackageInstallRecord {
+  int64_t seq = 0;  // order of arrival; the paging cursor
+  std::string session_id, tenant_id;
+  std::string at;
+  std::string manager, name, version, registry, sha256;
+  int64_t size = 0;
+  std::string verdict;  // allowed, denied, failed
+  std::string rule, reason;
+  bool cache_hit = false;
+};
+
+struct PackageInstallPage {
+  std::vector<PackageInstallRecord> records;  // oldest first
+  std::string next_cursor;                    // "" when this is the last page
+};
 
 // ---- Time and ids ----
 

@@ -128,6 +128,103 @@ ALTER TABLE api_keys ADD COLUMN host_admin INTEGER NOT NULL DEFAULT 0;
 UPDATE api_keys SET host_admin = 1
   WHERE admin = 1 AND tenant_id IN (SELECT id FROM tenants WHERE name = 'default');
 )sql",
+    // 5: tenant secrets, sealed by the session layer (never plaintext).
+    R"sql(
+CREATE TABLE secrets (
+  tenant_id  TEXT NOT NULL REFERENCES tenants(id),
+  name       TEXT NOT NULL,
+  sealed     TEXT NOT NULL,
+  set_by     TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  expires_at TEXT,
+  ttl_s      INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (tenant_id, name)
+) STRICT;
+)sql",
+    // 6: warm pools' sandboxes, booted ahead and owned by no tenant until a create
+    // claims one (it then becomes a row of sessions with the same id).
+    R"sql(
+CREATE TABLE pooled_sessions (
+  id         TEXT PRIMARY KEY,
+  template   TEXT NOT NULL,
+  created_at TEXT NOT NULL
+) STRICT;
+)sql",
+    // 7: the hash-chained audit log (obs/audit.h). No foreign keys: records outlive
+    // the sessions they are about (their own retention). audit_anchor is where the
+    // chain starts once the retention purge removed its oldest records.
+    R"sql(
+CREATE TABLE audit (
+  seq        INTEGER PRIMARY KEY,
+  at_ms      INTEGER NOT NULL,
+  at         TEXT NOT NULL,
+  tenant_id  TEXT NOT NULL,
+  session_id TEXT NOT NULL DEFAULT '',
+  exec_id    TEXT NOT NULL DEFAULT '',
+  kind       TEXT NOT NULL,
+  data       TEXT NOT NULL,
+  prev_hash  TEXT NOT NULL,
+  hash       TEXT NOT NULL
+) STRICT;
+CREATE INDEX audit_by_tenant ON audit(tenant_id, seq);
+CREATE INDEX audit_by_session ON audit(session_id, seq);
+CREATE TABLE audit_anchor (
+  id   INTEGER PRIMARY KEY CHECK (id = 1),
+  seq  INTEGER NOT NULL,
+  hash TEXT NOT NULL
+) STRICT;
+)sql",
+    // 8: egress: every connection attempt through a session's door, the limits its
+    // traffic hit, and the tenants' network ceilings (JSON {"allow", "deny"}; NULL =
+    // no ceiling). See store/egress_store.cc.
+    R"sql(
+CREATE TABLE egress_connections (
+  seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+  session_id  TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  tenant_id   TEXT NOT NULL,
+  at          TEXT NOT NULL,
+  kind        TEXT NOT NULL,
+  host        TEXT NOT NULL,
+  ip          TEXT,
+  port        INTEGER NOT NULL,
+  verdict     TEXT NOT NULL CHECK (verdict IN ('allowed', 'denied')),
+  rule        TEXT,
+  reason      TEXT,
+  bytes_up    INTEGER NOT NULL DEFAULT 0,
+  bytes_down  INTEGER NOT NULL DEFAULT 0,
+  duration_ms INTEGER NOT NULL DEFAULT 0
+) STRICT;
+CREATE INDEX egress_by_session ON egress_connections(session_id, seq);
+CREATE TABLE egress_limit_events (
+  seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+  session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  at         TEXT NOT NULL,
+  kind       TEXT NOT NULL,
+  detail     TEXT NOT NULL
+) STRICT;
+CREATE INDEX egress_limits_by_session ON egress_limit_events(session_id, seq);
+ALTER TABLE tenants ADD COLUMN network_ceiling TEXT;
+)sql",
+    // 9: package installs through the gateway (store/package_installs.cc).
+    R"sql(
+CREATE TABLE package_installs (
+  seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+  session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+  tenant_id  TEXT NOT NULL,
+  at         TEXT NOT NULL,
+  manager    TEXT NOT NULL,
+  name       TEXT NOT NULL,
+  version    TEXT NOT NULL,
+  registry   TEXT NOT NULL,
+  sha256     TEXT NOT NULL,
+  size       INTEGER NOT NULL,
+  verdict    TEXT NOT NULL,
+  rule       TEXT NOT NULL,
+  reason     TEXT NOT NULL,
+  cache_hit  INTEGER NOT NULL
+) STRICT;
+CREATE INDEX package_installs_by_session ON package_installs(session_id, seq);
+)sql",
 };
 constexpr int64_t kSchemaVersion = std::size(kMigrations);
 
@@ -534,16 +631,20 @@ Result<Usage> Store::live_usage(std::optional<std::string_view> tenant_id) {
 
 Result<void> Store::insert_session(const SessionRecord& s) {
   const std::string step = "insert session " + s.id;
-  auto created_ms = parse_rfc3339(s.created_at);
-  if (!created_ms)
-    return fail(ErrorCode::invalid_argument, step + ": created_at: " + created_ms.error().context);
   if (!is_session_state(s.state)) {
     return fail(ErrorCode::invalid_argument, step + ": unknown state '" + s.state + "'");
   }
   std::lock_guard lock(mu_);
   auto tx = Transaction::begin(db_, step);
   if (!tx) return std::unexpected(tx.error());
+  if (auto r = insert_session_locked(s, step); !r) return r;
+  return tx->commit();
+}
 
+Result<void> Store::insert_session_locked(const SessionRecord& s, const std::string& step) {
+  auto created_ms = parse_rfc3339(s.created_at);
+  if (!created_ms)
+    return fail(ErrorCode::invalid_argument, step + ": created_at: " + created_ms.error().context);
   auto stmt = db_.prepare("INSERT INTO sessions (" + std::string(kSessionColumns) +
                               ", created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
                               "?, ?, ?, ?, ?, ?, ?, ?)",
@@ -556,7 +657,52 @@ Result<void> Store::insert_session(const SessionRecord& s) {
              NullIfEmpty{s.termination_reason}, NullIfEmpty{s.termination_at},
              NullIfEmpty{s.termination_message},
              s.cleanup ? std::optional(cleanup_column(*s.cleanup)) : std::nullopt, *created_ms);
-  if (auto r = stmt->run(); !r) return r;
+  return stmt->run();
+}
+
+Result<void> Store::insert_pooled(std::string_view id, std::string_view template_name) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare("INSERT INTO pooled_sessions (id, template, created_at) VALUES (?, ?, ?)",
+                          "insert pooled session " + std::string(id));
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(id, template_name, now_rfc3339());
+  return stmt->run();
+}
+
+Result<void> Store::remove_pooled(std::string_view id) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare("DELETE FROM pooled_sessions WHERE id = ?", "remove pooled session " + std::string(id));
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(id);
+  return stmt->run();
+}
+
+Result<std::vector<std::string>> Store::pooled_ids() {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare("SELECT id FROM pooled_sessions ORDER BY created_at", "list pooled sessions");
+  if (!stmt) return std::unexpected(stmt.error());
+  std::vector<std::string> ids;
+  for (;;) {
+    auto row = stmt->step();
+    if (!row) return std::unexpected(row.error());
+    if (!*row) return ids;
+    Row r(*stmt);
+    ids.push_back(r.text());
+  }
+}
+
+Result<void> Store::claim_pooled(const SessionRecord& s) {
+  const std::string step = "claim pooled session " + s.id;
+  if (!is_session_state(s.state)) return fail(ErrorCode::invalid_argument, step + ": unknown state '" + s.state + "'");
+  std::lock_guard lock(mu_);
+  auto tx = Transaction::begin(db_, step);
+  if (!tx) return std::unexpected(tx.error());
+  auto del = db_.prepare("DELETE FROM pooled_sessions WHERE id = ?", step);
+  if (!del) return std::unexpected(del.error());
+  del->bind(s.id);
+  if (auto r = del->run(); !r) return r;
+  if (del->changes() != 1) return fail(ErrorCode::internal, step + ": no such pooled session");
+  if (auto r = insert_session_locked(s, step); !r) return r;
   return tx->commit();
 }
 
@@ -933,6 +1079,76 @@ Result<std::vector<OutputRecord>> Store::get_output(std::string_view exec_id) {
     o.truncated = r.boolean();
     outputs.push_back(std::move(o));
   }
+}
+
+// ---- Secrets ----
+
+namespace {
+SecretRecord read_secret(const Stmt& stmt) {
+  Row r(stmt);
+  SecretRecord s;
+  s.tenant_id = r.text();
+  s.name = r.text();
+  s.sealed = r.text();
+  s.set_by = r.text();
+  s.created_at = r.text();
+  s.expires_at = r.text();
+  s.ttl_s = r.int64();
+  return s;
+}
+constexpr std::string_view kSecretColumns = "tenant_id, name, sealed, set_by, created_at, expires_at, ttl_s";
+}  // namespace
+
+Result<void> Store::put_secret(const SecretRecord& s) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare("INSERT OR REPLACE INTO secrets (" + std::string(kSecretColumns) +
+                              ") VALUES (?, ?, ?, ?, ?, ?, ?)",
+                          "put secret " + s.name);
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(s.tenant_id, s.name, s.sealed, s.set_by, s.created_at, NullIfEmpty{s.expires_at}, s.ttl_s);
+  return stmt->run();
+}
+
+Result<std::vector<SecretRecord>> Store::list_secrets(std::string_view tenant_id, std::string_view now) {
+  std::lock_guard lock(mu_);
+  auto purge = db_.prepare("DELETE FROM secrets WHERE expires_at IS NOT NULL AND expires_at < ?", "purge secrets");
+  if (!purge) return std::unexpected(purge.error());
+  purge->bind(now);
+  if (auto r = purge->run(); !r) return std::unexpected(r.error());
+  auto stmt = db_.prepare(select_from(kSecretColumns, "FROM secrets WHERE tenant_id = ? ORDER BY name"),
+                          "list secrets");
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(tenant_id);
+  std::vector<SecretRecord> out;
+  for (;;) {
+    auto row = stmt->step();
+    if (!row) return std::unexpected(row.error());
+    if (!*row) return out;
+    out.push_back(read_secret(*stmt));
+  }
+}
+
+Result<SecretRecord> Store::get_secret(std::string_view tenant_id, std::string_view name, std::string_view now) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare(select_from(kSecretColumns,
+                                      "FROM secrets WHERE tenant_id = ? AND name = ? AND "
+                                      "(expires_at IS NULL OR expires_at >= ?)"),
+                          "get secret " + std::string(name));
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(tenant_id, name, now);
+  auto row = stmt->step();
+  if (!row) return std::unexpected(row.error());
+  if (!*row) return std::unexpected(not_found("secret " + std::string(name)));
+  return read_secret(*stmt);
+}
+
+Result<bool> Store::delete_secret(std::string_view tenant_id, std::string_view name) {
+  std::lock_guard lock(mu_);
+  auto stmt = db_.prepare("DELETE FROM secrets WHERE tenant_id = ? AND name = ?", "delete secret " + std::string(name));
+  if (!stmt) return std::unexpected(stmt.error());
+  stmt->bind(tenant_id, name);
+  if (auto r = stmt->run(); !r) return std::unexpected(r.error());
+  return stmt->changes() > 0;
 }
 
 // ---- Secret files ----

@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "store/audit_rows.h"
 #include "store/records.h"
 #include "store/sqlite.h"
 
@@ -147,15 +148,63 @@ class Store {
   // Deletes sessions that ended before `ended_before` (RFC 3339) with their execs and
   // output index rows; returns the output files they named, for the caller to unlink.
   Result<std::vector<std::string>> purge_ended_before(std::string_view ended_before);
+  // ---- Warm pools (session/pool.cc): sessions booted ahead, owned by no tenant ----
+  // Recorded before the boot starts, so recovery finds what a crash left (pooled_ids).
+  Result<void> insert_pooled(std::string_view id, std::string_view template_name);
+  Result<void> remove_pooled(std::string_view id);
+  Result<std::vector<std::string>> pooled_ids();
+  // A pooled sandbox becomes `session` (of its tenant): the session row inserted and
+  // the pooled row removed in one transaction.
+  Result<void> claim_pooled(const SessionRecord& session);
+  // ---- Egress (store/egress_store.cc) ----
+  Result<void> insert_egress(const EgressRecord& record);
+  // Oldest first; `cursor` is a next_cursor of the previous page ("" = the first).
+  Result<std::pair<std::vector<EgressRecord>, std::string>> list_egress(std::string_view session_id,
+                                                                        const PageRequest& page);
+  Result<void> insert_limit_event(std::string_view session_id, const LimitEventRecord& event);
+  Result<std::vector<LimitEventRecord>> list_egress_limit_events(std::string_view session_id);
+  // nullopt: the tenant has no ceiling. not_found for an unknown tenant.
+  Result<std::optional<NetworkCeiling>> network_ceiling(std::string_view tenant_id);
+  Result<void> set_network_ceiling(std::string_view tenant_id, const std::optional<NetworkCeiling>& ceiling);
+  // ---- Secrets (sealed values only) ----
+  // Inserts or replaces (tenant_id, name).
+  Result<void> put_secret(const SecretRecord& secret);
+  // Rows whose expires_at is before `now` (RFC 3339) are deleted first, then the
+  // tenant's secrets by name.
+  Result<std::vector<SecretRecord>> list_secrets(std::string_view tenant_id, std::string_view now);
+  // not_found when missing or expired at `now`.
+  Result<SecretRecord> get_secret(std::string_view tenant_id, std::string_view name, std::string_view now);
+  // False when there was none.
+  Result<bool> delete_secret(std::string_view tenant_id, std::string_view name);
+
   // ---- Exec output index (the bytes live in files the session layer writes) ----
   // Inserts or replaces the (exec_id, stream) entry; the exec must exist.
   Result<void> set_output(const OutputRecord& output);
   // The exec's entries, stderr before stdout; empty when none were recorded.
   Result<std::vector<OutputRecord>> get_output(std::string_view exec_id);
 
+  // ---- Audit log (store/audit.cc; the chain itself is obs/audit.h's) ----
+  Result<void> append_audit(const AuditRow& row);
+  // The newest row, or nullopt when the table is empty.
+  Result<std::optional<AuditRow>> last_audit();
+  // Where the chain starts (seq 0 and "" when nothing was ever purged).
+  Result<AuditRow> audit_anchor();
+  // Rows matching `filter`, oldest first.
+  Result<std::vector<AuditRow>> list_audit(const AuditFilter& filter);
+  // Deletes rows older than `before_ms` (never the newest one) and moves the anchor to
+  // the last row deleted, in one transaction; returns how many.
+  Result<int64_t> purge_audit_before(int64_t before_ms);
+
+  // ---- Package installs (store/package_installs.cc) ----
+  Result<void> insert_package_install(const PackageInstallRecord& install);
+  // One session's, oldest first; the session must be the tenant's (else not_found).
+  Result<PackageInstallPage> list_package_installs(std::string_view tenant_id, std::string_view session_id,
+                                                   const PageRequest& page);
+
  private:
   explicit Store(Db db) : db_(std::move(db)) {}
   Result<void> migrate();
+  Result<void> insert_session_locked(const SessionRecord& session, const std::string& step);
   Result<IssuedKey> insert_key_locked(std::string_view tenant_id, bool admin, bool host_admin);
   Result<TenantRecord> insert_tenant_locked(std::string_view name, const Quotas& quotas);
   Result<Usage> live_usage_locked(std::optional<std::string_view> tenant_id);

@@ -109,7 +109,9 @@ def _run_in_session(args, template, opts, input, timeout):
         exec_body["env"] = env
     if input is not None:
         exec_body["stdin"] = input
-    body = {"template": template, "limits": limits}
+    # `cela run`'s writable layer is a tmpfs (there is no disk pool outside a daemon):
+    # the session runner asks for the same.
+    body = {"template": template, "limits": limits, "disk": {"kind": "memory"}}
     if sudo is not None:
         body["allow_sudo"] = sudo
     status, s, _ = d.request("POST", "/v1/sessions", body, timeout=timeout)

@@ -33,6 +33,10 @@ def remember_sessions(state_dir):
         con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
         try:
             _session_ids.update(r[0] for r in con.execute("SELECT id FROM sessions"))
+            try:  # warm pools' sandboxes, not yet claimed (schema 5 on)
+                _session_ids.update(r[0] for r in con.execute("SELECT id FROM pooled_sessions"))
+            except sqlite3.OperationalError:
+                pass
         finally:
             con.close()
     except sqlite3.Error:

@@ -293,10 +293,16 @@ def test_bad_limits_are_invalid_request(unix):
     assert ei.value.status == 400 and "memory_mb" in ei.value.message
 
 
-def test_network_allowlist_is_policy_denied(unix):
-    with pytest.raises(cela.PolicyDenied) as ei:
-        create(unix, network={"mode": "allowlist", "allow": ["example.com"]})
-    assert ei.value.status == 403 and ei.value.code == "policy_denied" and ei.value.category == "policy"
+def test_network_beyond_the_tenant_ceiling_is_policy_denied(unix, daemon):
+    status, tenants = daemon.request("GET", "/v1/tenants")
+    url = f"/v1/tenants/{tenants['tenants'][0]['id']}/network_ceiling"
+    assert daemon.request("PUT", url, {"allow": ["only.test"]})[0] == 200
+    try:
+        with pytest.raises(cela.PolicyDenied) as ei:
+            create(unix, network={"mode": "allowlist", "allow": ["example.com"]})
+        assert ei.value.status == 403 and ei.value.code == "policy_denied" and ei.value.category == "policy"
+    finally:
+        daemon.request("DELETE", url)
 
 
 def test_context_manager_deletes_on_exception(unix, daemon):

@@ -70,7 +70,9 @@ class DaemonCgroup:
 @pytest.fixture(scope="module")
 def setup():
     cg = DaemonCgroup()
-    d = Daemon({"max_sessions": 12, "max_upload_bytes": 1 << 30,
+    # These are the memory-backed layer's uploads (a tmpfs counted against the session's
+    # memory); test_storage.py has the disk-backed layer's.
+    d = Daemon({"max_sessions": 12, "max_upload_bytes": 1 << 30, "disk": {"kind": "memory", "pool": 0},
                 "tenant_quotas": {"max_sessions": 12, "max_memory_mb": 8192, "max_cpus": 16}})
     try:
         d.start()

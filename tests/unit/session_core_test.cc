@@ -306,6 +306,40 @@ TEST(Admission, HostCapacityIsMeasuredUnderProcOrConfigured) {
   std::filesystem::remove_all(proc);
 }
 
+// Warm pools: limits not given are the defaults (so a create asking for none matches),
+// and a shape no create could ask for, or two pools of one shape, are refused.
+TEST(DaemonConfigPools, PoolsTakeTheDefaultsAndBadShapesAreRefused) {
+  auto load = [](std::string_view text) {
+    auto o = parse_json_object(text);
+    EXPECT_TRUE(o) << text;
+    return DaemonConfig::from_json(*o);
+  };
+  auto c = load(R"({"defaults": {"memory_mb": 300},
+                   "pools": [{"template": "base", "size": 4},
+                             {"template": "base", "size": 1, "limits": {"memory_mb": 1024, "cpus": 2}}]})");
+  ASSERT_TRUE(c) << c.error().message();
+  ASSERT_EQ(c->pools.size(), 2u);
+  EXPECT_EQ(c->pools[0].template_name, "base");
+  EXPECT_EQ(c->pools[0].size, 4u);
+  EXPECT_EQ(c->pools[0].memory_mb, 300u);
+  EXPECT_EQ(c->pools[0].cpus, 1.0);
+  EXPECT_EQ(c->pools[0].disk_mb, c->defaults.disk_mb);
+  EXPECT_EQ(c->pools[1].memory_mb, 1024u);
+  EXPECT_EQ(c->pools[1].cpus, 2.0);
+  for (const char* bad : {R"({"pools": [{"size": 1}]})", R"({"pools": [{"template": "base", "size": 0}]})",
+                          R"({"pools": [{"template": "base", "size": 1, "limits": {"memory_mb": 8}}]})",
+                          R"({"pools": [{"template": "base", "size": 1, "limits": {"cpus": 64}}]})",
+                          R"({"pools": [{"template": "base", "size": 1, "limits": {"ttl_s": 5}}]})",
+                          R"({"pools": [{"template": "base", "size": 1}, {"template": "base", "size": 2}]})",
+                          R"({"pools": [{"template": "base", "size": 1, "extra": true}]})", R"({"pools": [3]})"}) {
+    auto r = load(bad);
+    EXPECT_FALSE(r) << bad;
+    if (!r) {
+      EXPECT_EQ(r.error().code, ErrorCode::invalid_argument) << bad;
+    }
+  }
+}
+
 TEST(DaemonConfigBudgets, SectionsParseAndBadValuesAreRefused) {
   auto load = [](std::string_view text) {
     auto o = parse_json_object(text);

@@ -523,15 +523,15 @@ TEST_F(SessionFsTest, WritableRootsHoldAfterSymlinks) {
   EXPECT_TRUE(sfs.write_file("/tmp/ok", "x"));
   EXPECT_TRUE(sfs.write_file("/home/user/datalink/ok", "x"));  // a link that stays inside
   EXPECT_EQ(get(root_ + "/home/user/data/ok"), "x");
-  EXPECT_CODE(sfs.write_file("/etc/passwd", "x"), ErrorCode::permission_denied);
-  EXPECT_CODE(sfs.write_file("/home/user/etclink/passwd", "x"), ErrorCode::permission_denied);
-  EXPECT_CODE(sfs.write_file("/home/user/../../etc/passwd", "x"), ErrorCode::permission_denied);
-  EXPECT_CODE(sfs.mkdir("/home/user/etclink/d"), ErrorCode::permission_denied);
-  EXPECT_CODE(sfs.mkdir("/etc/a/b", true), ErrorCode::permission_denied);
-  EXPECT_CODE(sfs.move("/home/user/ok", "/etc/ok"), ErrorCode::permission_denied);
-  EXPECT_CODE(sfs.remove("/home/user", true), ErrorCode::permission_denied);  // parent /home
+  EXPECT_CODE(sfs.write_file("/etc/passwd", "x"), ErrorCode::policy_denied);
+  EXPECT_CODE(sfs.write_file("/home/user/etclink/passwd", "x"), ErrorCode::policy_denied);
+  EXPECT_CODE(sfs.write_file("/home/user/../../etc/passwd", "x"), ErrorCode::policy_denied);
+  EXPECT_CODE(sfs.mkdir("/home/user/etclink/d"), ErrorCode::policy_denied);
+  EXPECT_CODE(sfs.mkdir("/etc/a/b", true), ErrorCode::policy_denied);
+  EXPECT_CODE(sfs.move("/home/user/ok", "/etc/ok"), ErrorCode::policy_denied);
+  EXPECT_CODE(sfs.remove("/home/user", true), ErrorCode::policy_denied);  // parent /home
   std::string tar = make_tar({file("x", "x")});
-  EXPECT_CODE(sfs.import_tar("/home/user/etclink", chunks(tar)), ErrorCode::permission_denied);
+  EXPECT_CODE(sfs.import_tar("/home/user/etclink", chunks(tar)), ErrorCode::policy_denied);
   EXPECT_FALSE(lexists(root_ + "/etc/passwd"));
   EXPECT_FALSE(lexists(root_ + "/etc/x"));
   EXPECT_FALSE(lexists(root_ + "/etc/d"));
@@ -936,3 +936,55 @@ TEST_F(SessionFsTest, TarRoundTripAndGzip) {
 }
 
 }  // namespace
+
+namespace cela::session {
+namespace {
+
+TEST_F(SessionFsTest, OwnerPermissionsAreRespected) {
+  fs::create_directories(root_ + "/etc");
+  fs::create_directories(root_ + "/home/user/mine");
+  ASSERT_EQ(::chown((root_ + "/home/user/mine").c_str(), kUid, kGid), 0);
+  fs::create_directories(root_ + "/sticky");
+  ::chmod((root_ + "/sticky").c_str(), 01777);
+  put(root_ + "/sticky/roots", "r");  // owned by root (the test)
+  auto sfs = make_fs();
+  sfs.respect_owner_permissions(true);
+  EXPECT_CODE(sfs.write_file("/etc/evil", "x"), ErrorCode::permission_denied);
+  EXPECT_FALSE(lexists(root_ + "/etc/evil"));
+  EXPECT_CODE(sfs.mkdir("/etc/d"), ErrorCode::permission_denied);
+  EXPECT_TRUE(sfs.write_file("/home/user/mine/ok", "x"));
+  EXPECT_TRUE(sfs.write_file("/sticky/new", "x"));
+  EXPECT_CODE(sfs.write_file("/sticky/roots", "x"), ErrorCode::permission_denied);
+  EXPECT_CODE(sfs.remove("/sticky/roots"), ErrorCode::permission_denied);
+  EXPECT_EQ(get(root_ + "/sticky/roots"), "r");
+  // Without the flag (the daemon's own view): as before.
+  auto plain = make_fs();
+  EXPECT_TRUE(plain.write_file("/etc/evil", "x"));
+}
+
+TEST_F(SessionFsTest, ExportPolicy) {
+  fs::create_directories(root_ + "/home/user/out");
+  put(root_ + "/home/user/out/a", "hello SECRETVALUE");
+  put(root_ + "/home/user/private", "p");
+  symlink_at("/home/user/private", root_ + "/home/user/out/link");
+  auto sfs = make_fs();
+  sfs.set_export_policy({"/home/user/out"}, [](std::string_view, std::string data) -> Result<std::string> {
+    if (data.find("SECRETVALUE") != std::string::npos) return fail(ErrorCode::policy_denied, "holds a secret");
+    return data;
+  });
+  EXPECT_CODE(sfs.read_file("/home/user/private"), ErrorCode::policy_denied);
+  EXPECT_CODE(sfs.read_file("/home/user/out/link"), ErrorCode::policy_denied);
+  EXPECT_CODE(sfs.read_file("/home/user/out/a"), ErrorCode::policy_denied);
+  EXPECT_CODE(sfs.export_tar("/home/user", [](std::string_view) -> Result<void> { return {}; }),
+              ErrorCode::policy_denied);
+  EXPECT_CODE(sfs.export_tar("/home/user/out", [](std::string_view) -> Result<void> { return {}; }),
+              ErrorCode::policy_denied);
+  put(root_ + "/home/user/out/a", "hello");
+  auto ok = sfs.read_file("/home/user/out/a");
+  ASSERT_TRUE(ok) << ok.error().message();
+  EXPECT_EQ(*ok, "hello");
+  EXPECT_TRUE(sfs.export_tar("/home/user/out", [](std::string_view) -> Result<void> { return {}; }));
+}
+
+}  // namespace
+}  // namespace cela::session

@@ -110,7 +110,7 @@ class StoreTest : public ::testing::Test {
 TEST_F(StoreTest, OpenCreatesSchemaWithMode0600) {
   auto version = store_->schema_version();
   ASSERT_TRUE(version);
-  EXPECT_EQ(*version, 4);
+  EXPECT_EQ(*version, 9);
   EXPECT_EQ(mode_of(db_path_), 0600u);
   ASSERT_TRUE(std::filesystem::exists(db_path_ + "-wal"));  // WAL is on
   EXPECT_EQ(mode_of(db_path_ + "-wal"), 0600u);
@@ -152,7 +152,7 @@ TEST_F(StoreTest, ReopenKeepsDataAndMigrationIsIdempotent) {
   for (int round = 0; round < 2; ++round) {
     auto reopened = Store::open(db_path_);
     ASSERT_TRUE(reopened) << reopened.error().message();
-    EXPECT_EQ(*(*reopened)->schema_version(), 4);
+    EXPECT_EQ(*(*reopened)->schema_version(), 9);
     auto tenants = (*reopened)->list_tenants();
     ASSERT_TRUE(tenants);
     ASSERT_EQ(tenants->size(), 2u);
@@ -283,17 +283,21 @@ TEST_F(StoreBootstrapTest, MigrationKeepsOnlyTheDefaultTenantsAdminKeysHostWide)
   const std::string other_admin = store_->create_key(other->id, true, true)->key;
   const std::string default_user = store_->create_key((*store_->list_tenants())[0].id, false)->key;
   store_.reset();
-  // Back to schema 3: the column did not exist.
+  // Back to schema 3: the column (and what later migrations made) did not exist.
   sqlite3* raw = nullptr;
   ASSERT_EQ(sqlite3_open(db_path_.c_str(), &raw), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(raw, "ALTER TABLE api_keys DROP COLUMN host_admin; PRAGMA user_version = 3", nullptr,
-                         nullptr, nullptr),
+  ASSERT_EQ(sqlite3_exec(raw,
+                         "DROP TABLE package_installs; DROP TABLE egress_connections; DROP TABLE egress_limit_events; "
+                         "ALTER TABLE tenants DROP COLUMN network_ceiling; DROP TABLE audit; DROP TABLE audit_anchor; "
+                         "DROP TABLE pooled_sessions; DROP TABLE secrets; "
+                         "ALTER TABLE api_keys DROP COLUMN host_admin; PRAGMA user_version = 3",
+                         nullptr, nullptr, nullptr),
             SQLITE_OK)
       << sqlite3_errmsg(raw);
   sqlite3_close(raw);
   auto reopened = Store::open(db_path_);
   ASSERT_TRUE(reopened) << reopened.error().message();
-  EXPECT_EQ(*(*reopened)->schema_version(), 4);
+  EXPECT_EQ(*(*reopened)->schema_version(), 9);
   auto host = [&](const std::string& key) { return (**(*reopened)->authenticate(key)).host_admin; };
   EXPECT_TRUE(host(boot));
   EXPECT_FALSE(host(other_admin));
@@ -386,7 +390,10 @@ TEST_F(StoreBootstrapTest, WriteSecretFile) {
 TEST_F(StoreTest, SessionRoundTripsEveryField) {
   SessionRecord s = session(alpha_);
   s.metadata = {{"user", "u-17"}, {"odd key.\"x\"", "v"}};
-  s.spec = KeptSpec{.template_name = "base", .allow_sudo = true};
+  s.spec = KeptSpec{.template_name = "base",
+                    .allow_sudo = true,
+                    .disk_kind = "disk",
+                    .volumes = {{"work", "/work", false}, {"ref", "/data/ref", true}}};
   s.limits.exec_timeout_s = 77;
   s.expires_at = "2026-05-28T21:46:40.000Z";
   s.idle_timeout_s = 600;
@@ -410,7 +417,7 @@ TEST_F(StoreTest, SessionRoundTripsEveryField) {
   EXPECT_FALSE(got->startup_ms.has_value());
   EXPECT_FALSE(got->cleanup.has_value());
 
-  got->network = NetworkPolicy{.mode = "allowlist", .allow = {"a.example"}};
+  got->network = NetworkPolicy{.mode = "allowlist", .allow = {"a.example"}, .deny = {"b.example"}};
   got->expires_at = "2026-05-28T22:46:40.000Z";
   ASSERT_TRUE(store_->update_session(*got));
   auto updated = store_->get_session_any(s.id);
@@ -524,6 +531,10 @@ TEST_F(StoreTest, StateMachineGuards) {
   cleanup.processes_killed = 3;
   cleanup.cgroup_removed = true;
   cleanup.error = "1 process left";
+  cleanup.disk_used_bytes = 12345;
+  cleanup.disk_written_bytes = 1ull << 33;
+  cleanup.loop_detached = true;
+  cleanup.volumes_released = 2;
   EXPECT_TRUE(*store_->set_terminated(s.id, "terminated", "deleted", "", cleanup));
   auto first = *store_->get_session(alpha_, s.id);
   EXPECT_EQ(first.state, "terminated");
@@ -779,4 +790,89 @@ TEST(StoreTimeTest, NewIdsArePrefixedRandomHex) {
   EXPECT_EQ(seen.size(), 1000u);
 }
 
+// A pooled sandbox is recorded before it boots (recovery finds it) and becomes a
+// session row in the same transaction that forgets the pooled row; only once.
+TEST_F(StoreTest, PooledSessionIsClaimedOnceIntoATenantsSession) {
+  SessionRecord s = session(alpha_, "ready");
+  ASSERT_TRUE(store_->insert_pooled(s.id, "base"));
+  auto ids = store_->pooled_ids();
+  ASSERT_TRUE(ids);
+  EXPECT_EQ(*ids, std::vector<std::string>{s.id});
+  auto usage = store_->live_usage(alpha_);
+  ASSERT_TRUE(usage);
+  EXPECT_EQ(usage->sessions, 0) << "a pooled sandbox belongs to no tenant";
+  auto claimed = store_->claim_pooled(s);
+  ASSERT_TRUE(claimed) << claimed.error().message();
+  EXPECT_TRUE(store_->pooled_ids()->empty());
+  auto got = store_->get_session(alpha_, s.id);
+  ASSERT_TRUE(got) << got.error().message();
+  EXPECT_EQ(got->state, "ready");
+  EXPECT_EQ(store_->live_usage(alpha_)->sessions, 1);
+  // Claimed already: a second claim changes nothing.
+  SessionRecord again = s;
+  again.tenant_id = beta_;
+  EXPECT_FALSE(store_->claim_pooled(again));
+  EXPECT_FALSE(store_->get_session(beta_, s.id));
+  ASSERT_TRUE(store_->insert_pooled("s-00000000000000aa", "base"));
+  ASSERT_TRUE(store_->remove_pooled("s-00000000000000aa"));
+  EXPECT_TRUE(store_->pooled_ids()->empty());
+}
+
 }  // namespace
+
+// ---- Package installs ----
+
+TEST_F(StoreTest, PackageInstallsArePagedScopedAndGoWithTheSession) {
+  SessionRecord s = insert(alpha_);
+  for (int i = 0; i < 3; ++i) {
+    PackageInstallRecord rec{.session_id = s.id, .tenant_id = alpha_, .at = now_rfc3339(), .manager = "pypi",
+                             .name = "pkg" + std::to_string(i), .version = "1.0", .registry = "https://r.invalid",
+                             .sha256 = std::string(64, 'a'), .size = 10 + i, .verdict = i == 1 ? "denied" : "allowed",
+                             .rule = "allow pypi:*", .reason = "", .cache_hit = i == 2};
+    ASSERT_TRUE(store_->insert_package_install(rec));
+  }
+  auto first = store_->list_package_installs(alpha_, s.id, PageRequest{.limit = 2, .cursor = ""});
+  ASSERT_TRUE(first) << first.error().message();
+  ASSERT_EQ(first->records.size(), 2u);
+  EXPECT_EQ(first->records[0].name, "pkg0");
+  EXPECT_EQ(first->records[1].verdict, "denied");
+  ASSERT_FALSE(first->next_cursor.empty());
+  auto second = store_->list_package_installs(alpha_, s.id, PageRequest{.limit = 2, .cursor = first->next_cursor});
+  ASSERT_TRUE(second);
+  ASSERT_EQ(second->records.size(), 1u);
+  EXPECT_TRUE(second->records[0].cache_hit);
+  EXPECT_EQ(second->records[0].size, 12);
+  EXPECT_TRUE(second->next_cursor.empty());
+  // Another tenant's session is not_found, as for an id that never existed.
+  auto foreign = store_->list_package_installs(beta_, s.id, PageRequest{});
+  ASSERT_FALSE(foreign);
+  EXPECT_EQ(foreign.error().code, ErrorCode::not_found);
+  // Purged with the session.
+  ASSERT_TRUE(store_->set_terminated(s.id, "terminated", "deleted", "", std::nullopt));
+  ASSERT_TRUE(store_->purge_ended_before("9999-01-01T00:00:00.000Z"));
+  EXPECT_FALSE(store_->list_package_installs(alpha_, s.id, PageRequest{}));
+}
+
+namespace cela::store {
+namespace {
+
+TEST_F(StoreTest, SecretsAreTenantScopedAndExpire) {
+  SecretRecord s{alpha_, "TOKEN", "c2VhbGVk", "k-1", "2026-01-01T00:00:00.000Z", "", 0};
+  ASSERT_TRUE(store_->put_secret(s));
+  SecretRecord old{alpha_, "OLD", "c2VhbGVk", "k-1", "2026-01-01T00:00:00.000Z", "2026-01-01T00:00:01.000Z", 1};
+  ASSERT_TRUE(store_->put_secret(old));
+  const std::string now = "2026-06-01T00:00:00.000Z";
+  auto got = store_->get_secret(alpha_, "TOKEN", now);
+  ASSERT_TRUE(got) << got.error().message();
+  EXPECT_EQ(got->sealed, "c2VhbGVk");
+  EXPECT_EQ(store_->get_secret(beta_, "TOKEN", now).error().code, ErrorCode::not_found);
+  EXPECT_EQ(store_->get_secret(alpha_, "OLD", now).error().code, ErrorCode::not_found);
+  auto list = store_->list_secrets(alpha_, now);
+  ASSERT_TRUE(list);
+  ASSERT_EQ(list->size(), 1u);  // the expired one is purged
+  EXPECT_TRUE(*store_->delete_secret(alpha_, "TOKEN"));
+  EXPECT_FALSE(*store_->delete_secret(alpha_, "TOKEN"));
+}
+
+}  // namespace
+}  // namespace cela::store

@@ -12,12 +12,12 @@ from ._transport import Client, default_url
 from .errors import (CapacityExceeded, CelaError, Conflict, ExecTimeout, Forbidden, Gone, InternalError,
                      InvalidRequest, NotFound, PayloadTooLarge, PolicyDenied, QuotaExceeded, RateLimited,
                      TransportError, Unauthorized)
-from .sandbox import ExecHandle, ExecResult, Files, OutputChunk, Sandbox
+from .sandbox import ExecHandle, ExecResult, Files, OutputChunk, Sandbox, Volumes
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Sandbox", "ExecHandle", "ExecResult", "OutputChunk", "Files", "Client", "default_url",
+    "Sandbox", "Volumes", "ExecHandle", "ExecResult", "OutputChunk", "Files", "Client", "default_url",
     "CelaError", "InvalidRequest", "Unauthorized", "Forbidden", "PolicyDenied", "NotFound", "Conflict",
     "Gone", "PayloadTooLarge", "QuotaExceeded", "RateLimited", "CapacityExceeded", "InternalError",
     "TransportError", "ExecTimeout",

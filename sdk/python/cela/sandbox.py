@@ -440,7 +440,8 @@ class Sandbox:
 
         ``wait_s`` waits up to that many seconds for host capacity instead of failing
         with CapacityExceeded. Extra keyword arguments (``network``, ``packages``,
-        ``volumes``, ``secrets``, ...) are passed through in the request body.
+        ``volumes``, ``secrets``, ``auto_pause_s``, ``auto_resume``, ``pool``, ...) are
+        passed through in the request body.
         """
         client = Client(url, api_key)
         body: Dict[str, Any] = {}
@@ -508,6 +509,28 @@ class Sandbox:
         self._info = self._client.json("PATCH", f"/v1/sessions/{_quote(self.id)}", json_body={"ttl_s": ttl_s})
         return self._info
 
+    def reset(self) -> Dict[str, Any]:
+        """Back to the template's state: a new writable layer and a new init, same id.
+        Running execs end; volumes keep their files. Returns the session record."""
+        self._info = self._client.json("POST", f"/v1/sessions/{_quote(self.id)}/reset")
+        return self._info
+
+    @property
+    def disk_used_bytes(self) -> Optional[int]:
+        """Bytes in use in the writable layer (fresh from the server)."""
+        return self.info().get("disk_used_bytes")
+
+    def pause(self) -> Dict[str, Any]:
+        """Freezes every process of the session (state ``paused``: no CPU; memory,
+        files and processes kept). Returns once the kernel reports it frozen."""
+        self._info = self._client.json("POST", f"/v1/sessions/{_quote(self.id)}/pause")
+        return self._info
+
+    def resume(self) -> Dict[str, Any]:
+        """Thaws a paused session (state ``ready``)."""
+        self._info = self._client.json("POST", f"/v1/sessions/{_quote(self.id)}/resume")
+        return self._info
+
     def delete(self) -> Dict[str, Any]:
         """Ends the session (idempotent); returns the final record with its ``cleanup`` report."""
         self._final = self._client.json("DELETE", f"/v1/sessions/{_quote(self.id)}", timeout=None
@@ -561,3 +584,26 @@ class Sandbox:
     def get_exec(self, exec_id: str) -> ExecHandle:
         """A handle on an exec started earlier (by id)."""
         return ExecHandle(self, exec_id)
+
+
+class Volumes:
+    """The tenant's volumes: persistent, size-capped workspaces that outlive sessions.
+    Mount one with ``Sandbox.create(volumes=[{"name": ..., "path": ..., "read_only": False}])``."""
+
+    def __init__(self, url: Optional[str] = None, api_key: Optional[str] = None):
+        self._client = Client(url, api_key)
+
+    def create(self, name: str, size_mb: int) -> Dict[str, Any]:
+        return self._client.json("POST", "/v1/volumes", json_body={"name": name, "size_mb": size_mb})
+
+    def list(self) -> List[Dict[str, Any]]:
+        return self._client.json("GET", "/v1/volumes")["volumes"]
+
+    def get(self, name: str) -> Dict[str, Any]:
+        return self._client.json("GET", f"/v1/volumes/{_quote(name)}")
+
+    def delete(self, name: str) -> Dict[str, Any]:
+        return self._client.json("DELETE", f"/v1/volumes/{_quote(name)}")
+
+    def close(self) -> None:
+        self._client.close()

@@ -1,0 +1,61 @@
+#include "session/egress.h"
+
+#include <cstdio>
+
+namespace cela::session {
+
+Result<net::EgressPolicy> egress_policy(const store::NetworkPolicy& network,
+                                        const std::optional<store::NetworkCeiling>& ceiling) {
+  net::EgressPolicy policy;
+  auto session = net::parse_rules(network.allow, network.deny);
+  if (!session) return std::unexpected(session.error());
+  policy.session = std::move(*session);
+  if (ceiling) {
+    auto c = net::parse_rules(ceiling->allow, ceiling->deny);
+    if (!c) return fail(ErrorCode::internal, "the tenant's network ceiling does not parse: " + c.error().context);
+    if (auto within = net::check_within(policy.session, *c); !within) return std::unexpected(within.error());
+    policy.ceiling = std::move(*c);
+  }
+  return policy;
+}
+
+std::vector<std::string> egress_env(bool with_ca) {
+  std::string url = "http://127.0.0.1:" + std::to_string(net::kDoorPort);
+  std::vector<std::string> env;
+  for (const char* k : {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"})
+    env.push_back(std::string(k) + "=" + url);
+  for (const char* k : {"NO_PROXY", "no_proxy"}) env.push_back(std::string(k) + "=localhost,127.0.0.1,::1");
+  if (with_ca) {
+    for (const char* k : {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE"})
+      env.push_back(std::string(k) + "=" + kSessionCaBundle);
+    env.push_back(std::string("NODE_EXTRA_CA_CERTS=") + kSessionExtraCa);
+  }
+  return env;
+}
+
+void EgressRecorder::on_attempt(const net::EgressAttempt& a) {
+  store::EgressRecord r;
+  r.session_id = a.session_id;
+  r.tenant_id = a.tenant_id;
+  r.at = store::format_rfc3339(a.at_ms);
+  r.kind = a.kind;
+  r.host = a.host;
+  r.ip = a.ip;
+  r.port = a.port;
+  r.allowed = a.allowed;
+  r.rule = a.rule;
+  r.reason = a.reason;
+  r.bytes_up = static_cast<int64_t>(a.bytes_up);
+  r.bytes_down = static_cast<int64_t>(a.bytes_down);
+  r.duration_ms = a.duration_ms;
+  if (auto w = store_.insert_egress(r); !w)
+    std::fprintf(stderr, "cela: recording egress of %s failed: %s\n", a.session_id.c_str(), w.error().message().c_str());
+}
+
+void EgressRecorder::on_limit(const std::string& session_id, const std::string& kind, const std::string& detail) {
+  if (auto w = store_.insert_limit_event(session_id, {store::now_rfc3339(), kind, detail}); !w)
+    std::fprintf(stderr, "cela: recording a limit event of %s failed: %s\n", session_id.c_str(),
+                 w.error().message().c_str());
+}
+
+}  // namespace cela::session
