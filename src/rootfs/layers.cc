@@ -40,7 +40,8 @@ Result<void> ensure_layers_dir(const TemplateStore& store) {
 
 std::vector<std::string> entries(int dir_fd) {
   std::vector<std::string> out;
-  int fd = ::fcntl(dir_fd, F_DUPFD_CLOEXEC, 3);
+  // Its own open file description (a dup would share, and move, the caller's position).
+  int fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return out;
   DIR* d = ::fdopendir(fd);
   if (d == nullptr) {

@@ -296,8 +296,10 @@ class JailInstance final : public Instance {
   UniqueFd take_door() override { return sandbox_->take_door(); }
   Result<UniqueFd> open_writable_layer() const override {
     if (sandbox_->upper_fd() < 0) return fail(ErrorCode::gone, "the sandbox's writable layer is gone");
-    UniqueFd fd(::fcntl(sandbox_->upper_fd(), F_DUPFD_CLOEXEC, 3));
-    if (!fd) return sys_fail("dup writable layer fd");
+    // A new open file description, not a dup: a dup shares the directory's read
+    // position, and a walk that read it to the end would leave the next one empty.
+    UniqueFd fd(::openat(sandbox_->upper_fd(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!fd) return sys_fail("open writable layer");
     return fd;
   }
   uint32_t host_id(uint32_t inside) const override { return slot_.host_base() + inside; }
