@@ -37,8 +37,9 @@ void SessionManager::set_frozen(const std::shared_ptr<Session>& session, bool fr
   using Freeze = Session::Freeze;
   Session& s = *session;
   if (s.ended || !s.instance) return done(fail(ErrorCode::gone, "session " + s.record.id + " has ended"));
-  if (s.freeze == Freeze::pausing || s.freeze == Freeze::resuming) {
-    // One change at a time: this one is decided again once that one has settled.
+  if (s.freeze == Freeze::pausing || s.freeze == Freeze::resuming || s.snapshotting) {
+    // One change at a time: this one is decided again once that one has settled (a
+    // snapshot holds the freezer until its copy is done: snapshot.cc).
     s.after_freeze.push_back([this, session, frozen, done] { set_frozen(session, frozen, done); });
     return;
   }

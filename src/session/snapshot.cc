@@ -60,10 +60,18 @@ void SessionManager::snapshot(const Caller& caller, const std::string& session_i
     const bool we_freeze = !s->instance->frozen();
     auto copy = [this, s, store = cat.private_store(caller.tenant_id), name, session_id, tenant = caller.tenant_id,
                  we_freeze, done = std::move(done)](Result<void> frozen) mutable {
-      auto thaw_and = [this, s, we_freeze](Done<rootfs::Template> d, Result<rootfs::Template> r) {
-        s->snapshotting = false;
-        if (!we_freeze || !s->instance || s->ended) return d(std::move(r));
-        s->instance->freeze(false, [d = std::move(d), r = std::move(r)](Result<void>) mutable { d(std::move(r)); });
+      // A pause or resume asked for meanwhile waited in after_freeze (pause.cc): it is
+      // decided once the snapshot has let go of the freezer.
+      auto thaw_and = [s, we_freeze](Done<rootfs::Template> d, Result<rootfs::Template> r) {
+        auto finish = [s](Done<rootfs::Template>& d, Result<rootfs::Template>& r) {
+          s->snapshotting = false;
+          d(std::move(r));
+          auto waiters = std::move(s->after_freeze);
+          s->after_freeze.clear();
+          for (auto& w : waiters) w();
+        };
+        if (!we_freeze || !s->instance || s->ended) return finish(d, r);
+        s->instance->freeze(false, [finish, d = std::move(d), r = std::move(r)](Result<void>) mutable { finish(d, r); });
       };
       if (!frozen) return thaw_and(std::move(done), std::unexpected(frozen.error()));
       if (!s->instance || s->ended) return thaw_and(std::move(done), fail(ErrorCode::gone, "session " + session_id + " has ended"));

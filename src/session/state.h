@@ -93,7 +93,8 @@ struct Session {
   std::unique_ptr<boost::asio::steady_timer> timer;
   Clock::time_point expires, last_activity;
   bool ended = false;
-  bool snapshotting = false;  // frozen while its writable layer is copied
+  // Frozen while its writable layer is copied; a pause or resume waits in after_freeze.
+  bool snapshotting = false;
   // What the runtime was asked for (reset boots it again), and whether a reset is
   // between its teardown and the new init (the session has no instance then).
   runtime::InstanceSpec instance_spec;

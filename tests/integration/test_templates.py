@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+import threading
 import time
 from pathlib import Path
 
@@ -151,6 +152,46 @@ def test_snapshot_of_a_snapshot_stacks_and_keeps_deletions(daemon):
     status, t, _ = daemon.request("GET", "/v1/templates/stack")
     assert status == 200 and [v["version"] for v in t["versions"]] == [first["version"], second["version"]]
     assert t["current"] == second["version"] and not t["shared"]
+
+
+def session_cpu_ns(sid):
+    v1 = Path(f"/sys/fs/cgroup/cpuacct/cela/{sid}/cpuacct.usage")
+    if v1.exists():
+        return int(v1.read_text())
+    for line in Path(f"/sys/fs/cgroup/cela/{sid}/cpu.stat").read_text().splitlines():
+        key, value = line.split()
+        if key == "usage_usec":
+            return int(value) * 1000
+    raise AssertionError("no cpu.stat usage_usec")
+
+
+def test_a_pause_during_a_snapshot_is_kept_after_it(daemon):
+    """The snapshot freezes the session for its copy and thaws it after: a pause asked
+    for meanwhile must still hold then (no thaw behind the caller's back)."""
+    s = session(daemon)
+    sid = s["id"]
+    try:
+        # A layer big enough that the copy takes a while, and a process that burns CPU.
+        run(daemon, sid, "head -c 150000000 /dev/urandom > ~/big && (sh -c 'while :; do :; done' &)")
+        result = {}
+        t = threading.Thread(target=lambda: result.update(snap=snapshot(daemon, sid, "snap-pause")))
+        t.start()
+        time.sleep(0.05)
+        status, paused, _ = daemon.request("POST", f"/v1/sessions/{sid}/pause")
+        t.join(60)
+        assert status == 200, paused
+        assert result["snap"][0] == 201, result["snap"]
+        status, info, _ = daemon.request("GET", f"/v1/sessions/{sid}")
+        assert info["state"] == "paused", info
+        a = session_cpu_ns(sid)
+        time.sleep(0.5)
+        used = (session_cpu_ns(sid) - a) / 1e9
+        assert used < 0.02, f"a session reported paused used {used:.3f} s of CPU in 0.5 s"
+        status, resumed, _ = daemon.request("POST", f"/v1/sessions/{sid}/resume")
+        assert status == 200 and resumed["state"] == "ready", resumed
+        assert run(daemon, sid, "echo alive")["stdout"] == "alive\n"
+    finally:
+        daemon.request("DELETE", f"/v1/sessions/{sid}")
 
 
 def test_version_removal_and_409_while_in_use(daemon, store):
