@@ -109,6 +109,9 @@ def test_snapshot_then_a_new_session_sees_the_files(daemon):
         assert snap["parent"].startswith("base@") and snap["source"] == "snapshot"
         assert not snap["shared"] and len(snap["layers"]) == 2
         assert snap["layer_size_bytes"] >= len("hello-snapshot\n")
+        status, audit, _ = daemon.request("GET", f"/v1/audit?session={sid}&kind=session.snapshot")
+        assert status == 200 and [a["data"]["template"] for a in audit["records"]] == [snap["template"]], audit
+        assert audit["records"][0]["data"]["layer_digest"] == snap["layer_digest"], audit
         # The snapshotted session was thawed: it runs on.
         assert run(daemon, sid, "echo alive")["stdout"] == "alive\n"
     finally:
