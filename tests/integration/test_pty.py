@@ -367,41 +367,48 @@ def test_cela_shell_as_a_person_uses_it(daemon, base_sid):
         t.close()
 
 
+def shell_then_stty(daemon, sid, pid_file, *command):
+    """A pane line: `cela shell` (its pid written first), then its exit code and our
+    terminal's mode once it is over."""
+    words = " ".join(shlex_quote(w) for w in [CELA, "shell", "--url", f"unix://{daemon.socket}", sid, *command])
+    inner = f"echo $$ > {pid_file}; exec {words}"
+    return ["sh", "-c", f"sh -c {shlex_quote(inner)}; echo cela=$?; stty -a"]
+
+
+def assert_cooked(t):
+    """Our terminal is back as it was: line editing and echo on."""
+    screen = t.wait_screen(r"icanon")
+    assert re.search(r"(^|\s)icanon(\s|$)", screen) and re.search(r"(^|\s)echo(\s|$)", screen), screen
+
+
 @needs_tmux
-def test_cela_shell_with_a_command_and_terminal_restored(daemon, base_sid):
-    t = Tmux(["sh", "-c", f"{shlex_quote(CELA)} shell --url unix://{daemon.socket} {base_sid} -- "
-                          "sh -c 'read x; echo got=$x; exit 5'; echo cela=$?; stty -a"])
+def test_cela_shell_with_a_command_and_terminal_restored(daemon, base_sid, tmp_path):
+    t = Tmux(shell_then_stty(daemon, base_sid, tmp_path / "pid", "--", "sh", "-c", "read x; echo got=$x; exit 5"))
     try:
+        t.wait_screen(r"^\s*$")
         time.sleep(1)
         t.type("hello\n")
         t.wait_screen(r"^got=hello\s*$")
         t.wait_screen(r"^cela=5$")
-        screen = t.wait_screen(r"icanon")
-        # Restored: line editing and echo are on again, as before cela shell ran.
-        assert re.search(r"(^|\s)icanon(\s|$)", screen) and re.search(r"(^|\s)echo(\s|$)", screen), screen
+        assert_cooked(t)
     finally:
         t.close()
 
 
 @needs_tmux
-def test_cela_shell_ends_cleanly_on_sigterm(daemon, base_sid):
-    t = Tmux(["sh", "-c", f"{shlex_quote(CELA)} shell --url unix://{daemon.socket} {base_sid}; echo cela=$?; "
-                          "stty -a"])
+def test_cela_shell_ends_cleanly_on_sigterm(daemon, base_sid, tmp_path):
+    """A signal from outside (not a key): the exec is killed, our terminal restored,
+    128+15."""
+    t = Tmux(shell_then_stty(daemon, base_sid, tmp_path / "pid"))
     try:
-        t.wait_screen(r"\$\s*$")
-        t.type("echo $$ > /tmp/shell.pid; sleep 1000\n")
+        t.wait_prompt()
+        t.type("sleep 1000\n")
         time.sleep(0.5)
-        pane_pids = t.tmux("list-panes", "-F", "#{pane_pid}").stdout.split()
-        # The cela process in our pane: the child of the pane's sh.
-        kids = subprocess.run(["pgrep", "-P", pane_pids[0]], capture_output=True, text=True).stdout.split()
-        sh_kids = [k for p in kids for k in subprocess.run(["pgrep", "-P", p], capture_output=True,
-                                                            text=True).stdout.split()] or kids
-        cela = [p for p in sh_kids + kids if os.path.basename(os.readlink(f"/proc/{p}/exe")) == "cela"]
-        assert cela, (kids, sh_kids)
-        os.kill(int(cela[0]), 15)
-        screen = t.wait_screen(r"^cela=143$")
-        t.wait_screen(r"icanon")
-        assert re.search(r"(^|\s)icanon(\s|$)", t.screen()), screen
+        pid = int((tmp_path / "pid").read_text())
+        assert os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "cela"
+        os.kill(pid, 15)
+        t.wait_screen(r"^cela=143$")
+        assert_cooked(t)
     finally:
         t.close()
 
