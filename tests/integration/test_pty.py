@@ -224,6 +224,24 @@ def test_sessions_do_not_share_ptys(daemon, sid):
         daemon.delete(other)
 
 
+def test_a_root_terminal_is_closed_to_the_user(daemon, sid):
+    """Inside one session: a root tty exec's pty is root's alone (0600), so the user's
+    code can neither read its keystrokes nor write to its screen."""
+    eid = start(daemon, sid, cmd="echo held; sleep 60", tty=True, user="root")
+    out = Output(daemon, sid, eid)
+    try:
+        out.wait_for(rb"held")
+        r = daemon.run(sid, "stat -c '%a %u' /dev/pts/0; (echo x > /dev/pts/0) 2>/dev/null || echo no-write; "
+                            "(timeout 1 cat /dev/pts/0) 2>/dev/null </dev/null || echo no-read")
+        assert r["stdout"].split("\n")[:3] == ["600 0", "no-write", "no-read"], r
+        # The user's own tty exec gets a pty the user owns.
+        r = daemon.run(sid, "stat -c '%a %u' $(tty)", tty=True)
+        assert r["stdout"] == "600 1000\r\n", r
+    finally:
+        daemon.request("POST", f"/v1/sessions/{sid}/execs/{eid}/kill", {"signal": "SIGKILL"})
+        out.close()
+
+
 def test_ptys_past_the_limit_fail_cleanly(tmp_path):
     d = Daemon(config={"session_budgets": {"ptys": 3}}).start()
     try:
