@@ -506,6 +506,45 @@ print(second.recv(200).split(b"\r\n")[0].decode())
 """
 
 
+# A CONNECT to one host, then a TLS hello naming another (domain fronting).
+FRONT = r"""
+import socket, ssl, sys
+host, port, sni = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+print(s.recv(200).split(b"\r\n")[0].decode())
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+try:
+    t = ctx.wrap_socket(s, server_hostname=sni)
+    print("handshake", t.version())
+except (ssl.SSLError, OSError) as e:
+    print("refused", type(e).__name__)
+"""
+
+
+def test_a_tls_hello_must_name_the_connect_host(daemon, servers):
+    sp = servers.port(servers.https)
+    sid = session(daemon, allow=[f"allowed.test:{sp}"])
+    try:
+        def front(sni):
+            status, r, _ = daemon.request("POST", f"/v1/sessions/{sid}/run",
+                                          {"argv": ["python3", "-c", FRONT, "allowed.test", str(sp), sni],
+                                           "timeout_s": 60})
+            assert status == 200 and r["exit_code"] == 0, r
+            return r["stdout"].splitlines()
+        assert front("allowed.test")[1].startswith("handshake"), "the matching name must pass"
+        assert front("ALLOWED.test.")[1].startswith("handshake"), "case and a final dot do not matter"
+        lines = front("evil.example.com")
+        assert " 200" in lines[0] and lines[1].startswith("refused"), lines
+        last = egress(daemon, sid)["connections"][-1]
+        assert last["verdict"] == "denied" and last["rule"] == "tls server name", last
+        assert "evil.example.com" in last["reason"] and last["bytes_up"] == 0, last
+    finally:
+        daemon.delete(sid)
+
+
 def test_a_connection_cap_hit_is_a_limit_event_of_the_session(servers):
     d = Daemon(config={"egress": {"allow_cidrs": ["127.0.0.0/8"], "max_connections": 1,
                                   "hosts": {"allowed.test": ["127.0.0.1"]}}}).start()
