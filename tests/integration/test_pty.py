@@ -279,8 +279,10 @@ class Tmux:
     def __init__(self, argv, cols=100, rows=30):
         self.name = "cela-test-" + uuid.uuid4().hex[:10]
         self.status_file = f"/tmp/{self.name}.status"
+        self.socket = ""
         line = " ".join(shlex_quote(a) for a in argv) + f"; echo $? > {self.status_file}; sleep 600"
         self.tmux("new-session", "-d", "-x", str(cols), "-y", str(rows), "sh", "-c", line)
+        self.socket = self.tmux("display-message", "-p", "#{socket_path}").stdout.strip()
 
     def tmux(self, *args):
         return subprocess.run(["tmux", "-L", self.name, *args], capture_output=True, text=True, timeout=30, check=True)
@@ -323,8 +325,9 @@ class Tmux:
 
     def close(self):
         subprocess.run(["tmux", "-L", self.name, "kill-server"], capture_output=True, timeout=30)
-        if os.path.exists(self.status_file):
-            os.unlink(self.status_file)
+        for path in (self.status_file, self.socket):
+            if path and os.path.exists(path):
+                os.unlink(path)
 
 
 def shlex_quote(s):
