@@ -18,5 +18,8 @@ Result<session::CreateSessionSpec> parse_create_session(const boost::json::objec
 Result<session::ExecSpec> parse_exec(const boost::json::object& body, const session::DaemonConfig& config);
 Result<session::KillSpec> parse_kill(const boost::json::object& body);
 Result<session::PatchSpec> parse_patch(const boost::json::object& body);
+// POST …/processes/{pid}/signal: {"signal": "TERM" | "SIGTERM" | ... | 1..64} -> the number.
+// Names: TERM KILL INT HUP QUIT STOP CONT USR1 USR2 (with or without SIG).
+Result<int> parse_process_signal(const boost::json::object& body);
 
 }  // namespace cela::api
