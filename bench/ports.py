@@ -81,7 +81,10 @@ def main():
             time.sleep(0.1)
         while True:
             try:
-                http.client.HTTPConnection("127.0.0.1", direct_port, timeout=2).request("GET", "/")
+                c = http.client.HTTPConnection("127.0.0.1", direct_port, timeout=2)
+                c.request("GET", "/")
+                c.getresponse().read()
+                c.close()
                 break
             except OSError:
                 assert time.monotonic() < end, "the direct server did not come up"

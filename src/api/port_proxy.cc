@@ -147,6 +147,9 @@ class PortRelay final : public Relay, public std::enable_shared_from_this<PortRe
       co_return RelayEnd{.error = bad_gateway("could not connect to " + where() + ": " + cec.message())};
     }
     touch();
+    // Requests and answers go out as they come (a header alone must not wait for an ACK).
+    error_code ignored;
+    upstream_->set_option(tcp::no_delay(true), ignored);
 
     bool websocket = !c.body && is_websocket_upgrade(req_.headers);
     http::request<http::buffer_body> up;
