@@ -69,6 +69,10 @@ def test_pip_installs_inside_and_a_second_session_is_served_from_the_cache(world
         rec = [i for i in installs(daemon, sid) if i["verdict"] == "allowed"]
         assert rec and (rec[-1]["name"], rec[-1]["version"], rec[-1]["cache"]) == ("celademo", "1.0", "miss")
         assert rec[-1]["sha256"] == registries.sha256("pypi", "celademo", "1.0")
+        status, audit, _ = daemon.request("GET", f"/v1/audit?session={sid}&kind=package.install")
+        assert status == 200, audit
+        assert any(a["data"]["name"] == "celademo" and a["data"]["version"] == "1.0" and
+                   a["data"]["verdict"] == "allowed" for a in audit["records"]), audit
     finally:
         daemon.delete(sid)
     fetched = registries.count("/files/celademo-1.0")
@@ -82,6 +86,21 @@ def test_pip_installs_inside_and_a_second_session_is_served_from_the_cache(world
         daemon.delete(second)
     # The records outlive the session.
     assert installs(daemon, sid)
+
+
+def test_a_reset_session_still_installs_through_the_gateway(world):
+    """A reset boots the template again: the package manager settings and the door come
+    back, so pip still goes through the gateway (and is refused nothing it was allowed)."""
+    daemon, registries = world
+    sid = session(daemon, mode="gateway", allow=ALLOW, min_age_days=2)
+    try:
+        status, info, _ = daemon.request("POST", f"/v1/sessions/{sid}/reset")
+        assert status == 200 and info["resets"] == 1, info
+        r = run(daemon, sid, PIP + "celademo && python3 -c 'import celademo; print(celademo.VERSION)'")
+        assert r["exit_code"] == 0, r
+        assert r["stdout"].strip().endswith("1.0"), r
+    finally:
+        daemon.delete(sid)
 
 
 def test_refusals_inside_say_why(world):
