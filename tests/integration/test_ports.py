@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon_util import Daemon, UnixConnection
+from daemon_util import Daemon, UnixConnection, wait_for
 
 TEMPLATE = "base"
 SERVERS = (Path(__file__).parent / "port_servers.py").read_bytes()
@@ -28,12 +28,7 @@ def daemon():
 
 
 def wait_until(fn, timeout=15.0):
-    end = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v or time.monotonic() > end:
-            return v
-        time.sleep(0.1)
+    return wait_for(fn, timeout)
 
 
 def put_file(d, sid, path, data):

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from daemon_util import Daemon
+from daemon_util import Daemon, wait_for
 
 TEMPLATE = "base"
 
@@ -27,14 +27,8 @@ def start(d, sid, cmd, **extra):
     return e["id"]
 
 
-def wait_until(fn, timeout=10.0):
-    """fn()'s first truthy value within `timeout` seconds (the last one otherwise)."""
-    end = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v or time.monotonic() > end:
-            return v
-        time.sleep(0.05)
+def wait_until(fn, timeout=15.0):
+    return wait_for(fn, timeout)
 
 
 def processes(d, sid, **kw):
