@@ -764,8 +764,8 @@ void Connection::start_relay(std::shared_ptr<Relay> relay) {
   if (closed_ || relay_) return relay->abort();
   relay_ = relay;
   auto* body = stream_parser_ && !stream_parser_->is_done() ? &*stream_parser_ : nullptr;
-  RelayRequest request{socket_,  buffer_,       body, version_, keep_alive_ && !core_.stopping.load(),
-                       head_request_, expect_continue_, request_id_};
+  RelayRequest request{socket_,       buffer_,          body,        version_, keep_alive_ && !core_.stopping.load(),
+                       head_request_, expect_continue_, request_id_, shared_from_this()};
   relay->start(std::move(request), [self = shared_from_this()](RelayEnd end) { self->end_relay(std::move(end)); });
 }
 

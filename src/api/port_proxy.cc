@@ -98,6 +98,8 @@ class PortRelay final : public Relay, public std::enable_shared_from_this<PortRe
     if (upstream_) upstream_->close(ignored);
     lease_.reset();
     if (auto done = std::exchange(done_, nullptr); done && !aborted_) done(std::move(end));
+    // Nothing touches the client side any more: let the connection go (it holds us).
+    if (client_) client_->owner.reset();
   }
 
   // Ends whatever is in flight on both sides (idle timeout, abort).

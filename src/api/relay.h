@@ -14,6 +14,7 @@
 #include <boost/beast/http/buffer_body.hpp>
 #include <boost/beast/http/parser.hpp>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -34,6 +35,9 @@ struct RelayRequest {
   bool head = false;
   bool expect_continue = false;  // the client waits for 100 Continue before its body
   std::string request_id;
+  // The connection: socket, buffer and parser above live as long as the relay holds
+  // this (a relay aborted mid-read still completes its operations on them).
+  std::shared_ptr<void> owner;
 };
 
 struct RelayEnd {
