@@ -144,6 +144,8 @@ class Init {
       int sig = msg->body.at("signal").to_number<int>();
       for (auto& [pid, exec_id] : execs_)
         if (exec_id == id) ::kill(-pid, sig);
+    } else if (type == MessageType::open_socket) {
+      open_socket(msg->body);
     } else if (type == MessageType::shutdown) {
       ::kill(-1, SIGKILL);
       ::_exit(0);
@@ -172,6 +174,19 @@ class Init {
     execs_[spawned->pid] = req->id;
     (void)send_message(config_.control_fd, message(MessageType::started, {{"id", req->id}, {"pid", spawned->pid}}),
                        {spawned->stdin_w.get(), spawned->stdout_r.get(), spawned->stderr_r.get()});
+  }
+
+  // The port proxy's socket: created here, in the session's network namespace, and
+  // handed over unconnected; the host connects it (non-blocking, on its own loop), so
+  // init never waits on a port. Its buffers are charged to init's cgroup: the session's.
+  void open_socket(const json::object& body) {
+    auto* ref = body.if_contains("ref");
+    uint64_t id = ref && ref->is_number() ? ref->to_number<uint64_t>() : 0;
+    UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    int err = sock ? 0 : errno;
+    std::vector<int> fds;
+    if (sock) fds.push_back(sock.get());
+    (void)send_message(config_.control_fd, message(MessageType::socket, {{"ref", id}, {"errno", err}}), fds);
   }
 
   // Reaps every exited child: execs are reported, orphans re-parented to pid 1 are

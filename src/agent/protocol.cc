@@ -10,7 +10,8 @@ namespace json = boost::json;
 
 namespace {
 constexpr std::string_view kTypeNames[] = {"config", "maps",        "rootfs",  "exec",       "signal", "shutdown",
-                                           "ready",  "setup_error", "started", "exec_error", "exited", "unknown"};
+                                           "ready",  "setup_error", "started", "exec_error", "exited", "open_socket",
+                                           "socket", "unknown"};
 constexpr std::string_view kStepNames[] = {"request", "pipe",    "join cgroup",  "oom score", "setsid",  "stdio",
                                            "rlimit", "capabilities", "set ids", "chdir", "no_new_privs", "seccomp",
                                            "execve", "pty", "unknown"};

@@ -17,6 +17,9 @@
 //                                          sandbox's own devpts
 //                signal {id, signal}       signal an exec's process group
 //                shutdown {}               kill everything, exit
+//                open_socket {ref}         a TCP socket in the sandbox's network namespace
+//                                          (the port proxy: the host connects it to a port
+//                                          on the sandbox's loopback)
 // init -> host:  ready {} [+ fds]          root is assembled, execs can start; with
 //                                          exec_notify, the execve listener (exec_notify.h),
 //                                          then with a door_port the door's listening socket
@@ -26,6 +29,8 @@
 //                                          an empty pipe's read end])
 //                exec_error {id, step, errno}  the exec did not start (step: ExecStep)
 //                exited {id, status}       wait status of the exec's main process
+//                socket {ref, errno} [+ fd] the socket open_socket asked for (errno 0),
+//                                          or why there is none
 //
 // The same protocol serves `cela run` (one exec) and the daemon (many execs per
 // session), which is why init starts execs on request instead of at boot.
@@ -49,6 +54,7 @@ inline constexpr size_t kMaxMessageFds = 8;
 enum class MessageType {
   config, maps, rootfs, exec, signal, shutdown,  // host -> init
   ready, setup_error, started, exec_error, exited,  // init -> host
+  open_socket, socket,                              // the port proxy (host -> init, init -> host)
   unknown,
 };
 std::string_view to_string(MessageType type);

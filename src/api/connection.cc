@@ -281,6 +281,10 @@ void Connection::close() {
   post([](Connection& c) { c.finish(); });
 }
 
+void Connection::relay(std::shared_ptr<Relay> relay) {
+  post([relay = std::move(relay)](Connection& c) mutable { c.start_relay(std::move(relay)); });
+}
+
 void Connection::accept_body(std::shared_ptr<BodySink> sink) {
   if (core_.stopping.load()) return sink->abort(ApiError::capacity_exceeded("the server is stopping"));
   post([sink = std::move(sink)](Connection& c) mutable { c.start_body(std::move(sink)); });
@@ -754,6 +758,28 @@ void Connection::arm_keepalive() {
   });
 }
 
+// ---- relays
+
+void Connection::start_relay(std::shared_ptr<Relay> relay) {
+  if (closed_ || relay_) return relay->abort();
+  relay_ = relay;
+  auto* body = stream_parser_ && !stream_parser_->is_done() ? &*stream_parser_ : nullptr;
+  RelayRequest request{socket_,       buffer_,          body,        version_, keep_alive_ && !core_.stopping.load(),
+                       head_request_, expect_continue_, request_id_, shared_from_this()};
+  relay->start(std::move(request), [self = shared_from_this()](RelayEnd end) { self->end_relay(std::move(end)); });
+}
+
+void Connection::end_relay(RelayEnd end) {
+  relay_.reset();
+  if (closed_) return;
+  // Nothing was sent: answered as any error (closing when the body is unread).
+  if (end.error) return reject(*end.error);
+  if (end.status) log_access(end.status);
+  request_slot_.reset();
+  if (!end.reuse) return end.status ? graceful_close() : finish();
+  read_next_request();
+}
+
 // ---- closing
 
 void Connection::graceful_close() {
@@ -779,6 +805,7 @@ void Connection::finish() {
     run_callbacks(channel->end());
   }
   if (sink_) abort_body(ApiError::invalid_request("the client went away"));
+  if (auto relay = std::move(relay_)) relay->abort();
   request_slot_.reset();
   slot_.reset();
   // Drops the registry's reference; the handler running this holds another.

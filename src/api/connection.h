@@ -33,6 +33,7 @@
 #include "api/body_sink.h"
 #include "api/connection_slots.h"
 #include "api/http_error.h"
+#include "api/relay.h"
 #include "api/request.h"
 #include "api/router.h"
 
@@ -72,6 +73,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void kick_stream();
   void abort_stream();
   void close();
+  // A streamed route hands its request to `relay` (api/relay.h), which answers it whole.
+  void relay(std::shared_ptr<Relay> relay);
   // A streamed route's body goes to `sink` (api/body_sink.h).
   void accept_body(std::shared_ptr<BodySink> sink);
   bool is_closed() const { return closed_.load(); }
@@ -116,6 +119,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_stream_ended(boost::system::error_code ec);
   void watch_peer();
   void arm_keepalive();
+
+  // Relays (api/relay.h).
+  void start_relay(std::shared_ptr<Relay> relay);
+  void end_relay(RelayEnd end);
 
   // Closing.
   void graceful_close();
@@ -177,6 +184,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool stream_keep_alive_ = false;
   bool stream_writing_ = false;
   std::string stream_out_;
+
+  std::shared_ptr<Relay> relay_;  // the relay in progress
 
   bool peer_reading_ = false;
   std::array<char, 1024> scratch_{};

@@ -83,6 +83,9 @@ ApiError ApiError::capacity_exceeded(std::string message, int retry_after_s) {
   e.retry_after_s = retry_after_s;
   return e;
 }
+ApiError ApiError::bad_gateway(std::string message) {
+  return make("bad_gateway", 502, "user", std::move(message), true);
+}
 ApiError ApiError::internal(std::string log_detail, std::string message) {
   ApiError e = make("internal", 500, "platform", std::move(message));
   e.log_detail = std::move(log_detail);

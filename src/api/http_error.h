@@ -19,6 +19,8 @@
 //   quota_exceeded           429    quota     no
 //   rate_limited             429    quota     yes   (+ Retry-After)
 //   internal                 500    platform  no
+//   bad_gateway              502    user      yes   (port proxy: the session's server
+//                                                    refused, failed or did not answer)
 //   capacity_exceeded        503    platform  yes   (+ Retry-After)
 //
 // The three codes not in API.md's table (405, 408, 415) are HTTP-level answers of the
@@ -71,6 +73,7 @@ struct ApiError {
   static ApiError quota_exceeded(std::string message);
   static ApiError rate_limited(std::string message, int retry_after_s);
   static ApiError capacity_exceeded(std::string message, int retry_after_s = 1);
+  static ApiError bad_gateway(std::string message);
   // The client sees only `message`; `log_detail` goes to the daemon log.
   static ApiError internal(std::string log_detail = {}, std::string message = "internal error");
 };

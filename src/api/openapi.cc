@@ -40,6 +40,7 @@ std::optional<DocumentedError> error_of(std::string_view code) {
       {ApiError::rate_limited("", 1),
        "too many connections from this client or requests in flight for this key; Retry-After"},
       {ApiError::internal(), "a bug; the request id is in the daemon's log"},
+      {ApiError::bad_gateway(""), "port proxy: nothing listens on the port inside, or its server failed"},
       {ApiError::capacity_exceeded(""),
        "host-wide session or connection limit, or out of file descriptors; Retry-After"},
   };
@@ -72,6 +73,7 @@ json::array parameters(const Route& route) {
   for (const std::string& segment : route.segments) {
     if (!is_capture(segment)) continue;
     std::string name = segment.substr(1, segment.size() - 2);
+    if (name.ends_with("...")) name.resize(name.size() - 3);  // a {name...} tail capture
     if (const ParamDoc* p = find_param(route.doc, "path", name)) {
       out.push_back(parameter(*p));
     } else {
@@ -198,10 +200,16 @@ std::string openapi_method(http::verb method) {
   return name;
 }
 
+std::string openapi_path(std::string_view pattern) {
+  std::string path(pattern);
+  if (path.ends_with("...}")) path.erase(path.size() - 4, 3);
+  return path;
+}
+
 json::object openapi_document(const Router& router) {
   json::object paths;
   for (const Route& route : router.routes()) {
-    json::value& item = paths[route.pattern];
+    json::value& item = paths[openapi_path(route.pattern)];
     if (!item.is_object()) item = json::object{};
     item.as_object()[openapi_method(route.method)] = operation(route);
   }

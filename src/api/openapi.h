@@ -31,5 +31,8 @@ std::vector<std::string> documented_error_codes(const Route& route);
 
 // "get", "delete"...: the OpenAPI operation key of an HTTP method.
 std::string openapi_method(http::verb method);
+// The document's path of a route pattern: a tail capture {name...} is written {name}
+// (OpenAPI has no multi-segment parameter).
+std::string openapi_path(std::string_view pattern);
 
 }  // namespace cela::api

@@ -83,6 +83,12 @@ void Responder::accept_body(std::shared_ptr<BodySink> sink) {
   c->accept_body(std::move(sink));
 }
 
+void Responder::relay(std::shared_ptr<Relay> relay) {
+  if (!claim("relay")) return relay->abort();
+  if (auto c = connection_.lock()) c->relay(std::move(relay));
+  else relay->abort();
+}
+
 void Responder::no_content(Headers extra) {
   raw(204, {}, {}, std::move(extra));
 }

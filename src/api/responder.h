@@ -30,6 +30,7 @@
 
 #include "api/body_sink.h"
 #include "api/http_error.h"
+#include "api/relay.h"
 #include "api/request.h"
 #include "api/stream.h"
 
@@ -72,6 +73,10 @@ class Responder : public std::enable_shared_from_this<Responder> {
   // close-delimited body). Never null, as above.
   std::shared_ptr<ChunkedWriter> start_chunked(int status, std::string_view content_type,
                                                Headers extra = {});
+
+  // Streamed routes only (api/relay.h): `relay` reads the rest of the request and
+  // answers it itself. Counts as the answer.
+  void relay(std::shared_ptr<Relay> relay);
 
   // Streamed routes only (api/body_sink.h): the body goes to `sink`. Call at most once,
   // before answering; the sink answers through this responder.

@@ -112,6 +112,11 @@ extern const RouteDoc move_path;
 extern const RouteDoc export_archive;
 extern const RouteDoc import_archive;
 
+// route_docs_processes.cc (routes_processes.cc)
+extern const RouteDoc list_processes;
+extern const RouteDoc signal_process;
+RouteDoc port_proxy(std::string_view method);  // one per method: operation ids differ
+
 // route_docs_secrets.cc
 extern const RouteDoc put_secret;
 extern const RouteDoc list_secrets;

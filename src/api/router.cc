@@ -11,6 +11,11 @@ bool is_capture(std::string_view segment) {
   return segment.size() > 2 && segment.front() == '{' && segment.back() == '}';
 }
 
+// "{name...}": the rest of the path, zero or more segments (last segment only).
+bool is_tail_capture(std::string_view segment) {
+  return is_capture(segment) && segment.size() > 5 && segment.substr(segment.size() - 4) == "...}";
+}
+
 [[noreturn]] void bad_route(std::string_view pattern, const char* why) {
   std::fprintf(stderr, "cela api: route \"%.*s\": %s\n", static_cast<int>(pattern.size()),
                pattern.data(), why);
@@ -28,6 +33,8 @@ std::vector<std::string> split_pattern(std::string_view pattern) {
     if (segment.find_first_of("{}") != std::string_view::npos && !is_capture(segment)) {
       bad_route(pattern, "a capture must be a whole segment: {name}");
     }
+    if (is_tail_capture(segment) && slash != std::string_view::npos)
+      bad_route(pattern, "a {name...} capture must be the last segment");
     segments.emplace_back(segment);
     if (slash == std::string_view::npos) break;
     rest.remove_prefix(slash + 1);
@@ -38,8 +45,16 @@ std::vector<std::string> split_pattern(std::string_view pattern) {
 // Fills `params` and returns true when `route` matches `path`.
 bool matches(const Route& route, const std::vector<std::string>& path,
              std::map<std::string, std::string, std::less<>>& params) {
-  if (route.segments.size() != path.size()) return false;
-  for (std::size_t i = 0; i < path.size(); ++i) {
+  bool tail = !route.segments.empty() && is_tail_capture(route.segments.back());
+  std::size_t fixed = route.segments.size() - (tail ? 1 : 0);
+  if (tail ? path.size() < fixed : route.segments.size() != path.size()) return false;
+  if (tail) {
+    std::string rest;
+    for (std::size_t i = fixed; i < path.size(); ++i) rest += (i == fixed ? "" : "/") + path[i];
+    const std::string& want = route.segments.back();
+    params[want.substr(1, want.size() - 5)] = rest;
+  }
+  for (std::size_t i = 0; i < fixed; ++i) {
     const std::string& want = route.segments[i];
     if (is_capture(want)) {
       if (path[i].empty()) return false;

@@ -5,7 +5,9 @@
 //   router.add(http::verb::get, "/v1/sessions/{id}/execs/{eid}", docs::get_exec, handler);
 //
 // Matching is per segment: a literal segment matches itself, "{name}" matches any one
-// non-empty segment and records it in Request::params. When several routes match a
+// non-empty segment and records it in Request::params; a last segment "{name...}"
+// matches the rest of the path (zero or more segments, joined by '/', decoded).
+// When several routes match a
 // path, the most specific wins: at the first segment where they differ, a literal beats
 // a capture ("/v1/templates/builtin" before "/v1/templates/{name}"). A path that
 // matches some route but not with this method answers 405 (with Allow); a path that

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -392,6 +393,28 @@ Result<session::KillSpec> parse_kill(const json::object& body) {
   if (!(g >= 0) || g > 300) return std::unexpected(f.invalid("grace_s", "must be 0..300"));
   k.grace = std::chrono::milliseconds(static_cast<int64_t>(g * 1000));
   return k;
+}
+
+Result<int> parse_process_signal(const json::object& body) {
+  JsonFields f(body);
+  if (auto ok = f.only({"signal"}); !ok) return std::unexpected(ok.error());
+  const json::value* v = body.if_contains("signal");
+  constexpr const char* kNames = "TERM, KILL, INT, HUP, QUIT, STOP, CONT, USR1, USR2 or a number 1..64";
+  if (!v) return std::unexpected(f.invalid("signal", std::string("is required: one of ") + kNames));
+  if (v->is_int64() || v->is_uint64()) {
+    int64_t n = v->is_int64() ? v->as_int64() : static_cast<int64_t>(std::min<uint64_t>(v->as_uint64(), 1000));
+    if (n < 1 || n > 64) return std::unexpected(f.invalid("signal", std::string("must be ") + kNames));
+    return static_cast<int>(n);
+  }
+  if (!v->is_string()) return std::unexpected(f.invalid("signal", std::string("must be ") + kNames));
+  std::string_view name = v->as_string();
+  if (name.starts_with("SIG")) name.remove_prefix(3);
+  static const std::pair<std::string_view, int> kSignals[] = {
+      {"TERM", SIGTERM}, {"KILL", SIGKILL}, {"INT", SIGINT},   {"HUP", SIGHUP},  {"QUIT", SIGQUIT},
+      {"STOP", SIGSTOP}, {"CONT", SIGCONT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}};
+  for (auto [n, s] : kSignals)
+    if (name == n) return s;
+  return std::unexpected(f.invalid("signal", std::string("must be ") + kNames));
 }
 
 Result<session::PatchSpec> parse_patch(const json::object& body) {

@@ -20,5 +20,8 @@ Result<session::KillSpec> parse_kill(const boost::json::object& body);
 // POST …/execs/{eid}/resize: {cols, rows}, each 1..1000.
 Result<std::pair<uint16_t, uint16_t>> parse_resize(const boost::json::object& body);
 Result<session::PatchSpec> parse_patch(const boost::json::object& body);
+// POST …/processes/{pid}/signal: {"signal": "TERM" | "SIGTERM" | ... | 1..64} -> the number.
+// Names: TERM KILL INT HUP QUIT STOP CONT USR1 USR2 (with or without SIG).
+Result<int> parse_process_signal(const boost::json::object& body);
 
 }  // namespace cela::api

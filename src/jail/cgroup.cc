@@ -287,4 +287,29 @@ Result<CgroupStats> StatsReader::finish(const CgroupStats& stats) const {
 }
 
 }  // namespace cgroupfs
+
+namespace {
+Result<void> collect_members(const std::string& dir, const std::string& child, std::vector<CgroupMember>& out) {
+  auto pids = cgroupfs::read_pids(dir + "/cgroup.procs");
+  if (!pids) {
+    // Removed while it was read (its exec ended): nothing left in it.
+    if (pids.error().err == ENOENT || pids.error().err == ENODEV) return {};
+    return std::unexpected(pids.error());
+  }
+  for (pid_t pid : *pids) out.push_back({pid, child});
+  auto children = cgroupfs::list_children(dir);
+  if (!children) return std::unexpected(children.error());
+  for (const std::string& name : *children)
+    if (auto r = collect_members(dir + "/" + name, child.empty() ? name : child + "/" + name, out); !r) return r;
+  return {};
+}
+}  // namespace
+
+Result<std::vector<CgroupMember>> list_members(const std::string& dir) {
+  std::vector<CgroupMember> out;
+  if (!cgroupfs::exists(dir)) return out;
+  if (auto r = collect_members(dir, "", out); !r) return std::unexpected(r.error());
+  return out;
+}
+
 }  // namespace cela::jail

@@ -116,7 +116,23 @@ class Cgroup {
   // A directory fd of the cgroup2 node (unified or hybrid's unified) for
   // clone3(CLONE_INTO_CGROUP), or -1 when the mode has none.
   virtual int cgroup2_fd() const = 0;
+  // The directory, in one hierarchy, whose subtree lists every process of this cgroup
+  // and of its children (v1: the memory hierarchy, which every child has; v2: the node).
+  // Read with list_members(), from any thread (the path stays valid for the reader;
+  // a removed cgroup simply lists nothing).
+  virtual const std::string& process_dir() const = 0;
 };
+
+// One process found in a cgroup tree: its host pid and the child cgroup it is in,
+// relative to the tree's top ("" = the top itself, "e-3", "e-3/x").
+struct CgroupMember {
+  pid_t pid = 0;
+  std::string child;
+};
+
+// Every process of the cgroup at `dir` and of its children (cgroup.procs of each).
+// A child removed while it is read counts as empty; a missing `dir` has none.
+Result<std::vector<CgroupMember>> list_members(const std::string& dir);
 
 // What of IoLimits this host's cgroups can enforce.
 struct IoSupport {

@@ -73,6 +73,7 @@ class CgroupV1 final : public Cgroup {
   Result<void> destroy() override;
   Result<std::unique_ptr<Cgroup>> create_child(const std::string& name) override;
   int cgroup2_fd() const override { return unified_fd_.get(); }
+  const std::string& process_dir() const override { return paths_.memory; }
   // For an adopted stale cgroup whose destroy() failure the caller already reports.
   void forget() { destroyed_ = true; }
 

@@ -66,6 +66,7 @@ class CgroupV2 final : public Cgroup {
   Result<bool> freeze_settled(bool frozen) const override { return cgroup2_frozen(dir_, frozen); }
   Result<void> destroy() override;
   int cgroup2_fd() const override { return fd_.get(); }
+  const std::string& process_dir() const override { return dir_; }
   // For an adopted stale cgroup whose destroy() failure the caller already reports.
   void forget() { destroyed_ = true; }
 

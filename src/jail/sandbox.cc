@@ -337,6 +337,10 @@ Result<void> Sandbox::signal_exec(uint64_t id, int sig) {
   return send_message(control_fd(), message(MessageType::signal, {{"id", id}, {"signal", sig}}));
 }
 
+Result<void> Sandbox::request_socket(uint64_t ref) {
+  return send_message(control_fd(), message(MessageType::open_socket, {{"ref", ref}}));
+}
+
 Result<Message> Sandbox::next_event() {
   if (!pending_.empty()) {
     Message m = std::move(pending_.front());

@@ -85,6 +85,9 @@ class Sandbox {
   Result<void> send_exec(const agent::ExecRequest& request, const std::vector<int>& fds = {});
   // Asks init to signal the process group of exec `id`.
   Result<void> signal_exec(uint64_t id, int sig);
+  // Asks init for a TCP socket in the sandbox's network namespace; the answer is a
+  // `socket` event with the same ref.
+  Result<void> request_socket(uint64_t ref);
 
   // The control socket: poll it, then next_event() returns one message (`exited`,
   // ...). EOF means init died. A message whose descriptors the caller had no room for

@@ -20,6 +20,7 @@
 #include "jail/exec_notify.h"
 #include "jail/file_writer.h"
 #include "jail/init_process.h"
+#include "jail/processes.h"
 #include "jail/sandbox.h"
 #include "jail/seccomp.h"
 #include "jail/userns.h"
@@ -205,6 +206,31 @@ class JailExec final : public Exec {
   void kill_alive() { *alive_ = false; }
 };
 
+// A sandbox's processes, labelled by the exec (cgroup "e-<n>") that holds each.
+class JailProcessTable final : public ProcessTable {
+ public:
+  JailProcessTable(jail::SandboxProcesses processes, std::map<std::string, std::string> labels)
+      : processes_(std::move(processes)), labels_(std::move(labels)) {}
+  Result<std::vector<ProcessInfo>> list() const override {
+    auto found = processes_.list();
+    if (!found) return std::unexpected(found.error());
+    std::vector<ProcessInfo> out;
+    for (auto& p : *found) {
+      ProcessInfo info{p.pid, p.ppid, p.uid, std::move(p.argv), std::move(p.name), {}};
+      // A process in a cgroup below an exec's (none are made today) still is that exec's.
+      std::string top = p.cgroup.substr(0, p.cgroup.find('/'));
+      if (auto it = labels_.find(top); it != labels_.end()) info.exec = it->second;
+      out.push_back(std::move(info));
+    }
+    return out;
+  }
+  Result<void> signal(pid_t pid, int sig) const override { return processes_.signal(pid, sig); }
+
+ private:
+  jail::SandboxProcesses processes_;
+  std::map<std::string, std::string> labels_;
+};
+
 class JailWriterLauncher final : public WriterLauncher {
  public:
   JailWriterLauncher(jail::CgroupEntry entry, UniqueFd userns) : entry_(std::move(entry)), userns_(std::move(userns)) {}
@@ -312,6 +338,33 @@ class JailInstance final : public Instance {
     return std::unique_ptr<WriterLauncher>(new JailWriterLauncher(std::move(*entry), std::move(userns)));
   }
   pid_t host_pid() const override { return sandbox_->init_pid(); }
+  Result<std::unique_ptr<ProcessTable>> process_table(
+      const std::map<const ExecListener*, std::string>& labels) const override {
+    if (destroyed_ || dead_) return fail(ErrorCode::gone, "the sandbox has ended");
+    UniqueFd pidfd(::fcntl(sandbox_->pidfd(), F_DUPFD_CLOEXEC, 3));
+    if (!pidfd) return sys_fail("dup the init pidfd");
+    // Each exec's cgroup is "e-<its id>" below the sandbox's.
+    std::map<std::string, std::string> by_cgroup;
+    for (const auto& [id, entry] : execs_)
+      if (auto it = labels.find(entry.listener); it != labels.end()) by_cgroup["e-" + std::to_string(id)] = it->second;
+    return std::unique_ptr<ProcessTable>(new JailProcessTable(
+        jail::SandboxProcesses(sandbox_->cgroup().process_dir(), sandbox_->init_pid(), std::move(pidfd),
+                               slot_.host_base()),
+        std::move(by_cgroup)));
+  }
+  void open_socket(std::function<void(Result<UniqueFd>)> done) override {
+    assert(reactor_ && "attach() first");
+    if (destroyed_ || dead_) {
+      asio::post(*reactor_, [done = std::move(done)] { done(fail(ErrorCode::gone, "the sandbox has ended")); });
+      return;
+    }
+    uint64_t ref = next_socket_ref_++;
+    if (auto sent = sandbox_->request_socket(ref); !sent) {
+      asio::post(*reactor_, [done = std::move(done), e = sent.error()] { done(std::unexpected(e)); });
+      return;
+    }
+    sockets_[ref] = std::move(done);
+  }
   std::shared_ptr<DiskMeter> disk_meter() const override { return meter_; }
   DiskKind disk_kind() const override { return disk_ ? DiskKind::disk : DiskKind::memory; }
   UniqueFd take_door() override { return sandbox_->take_door(); }
@@ -332,6 +385,7 @@ class JailInstance final : public Instance {
     control_.reset();
     pidfd_.reset();
     notify_.reset();
+    fail_sockets();
     finish_freeze(fail(ErrorCode::gone, "the sandbox has ended"));
     if (auto st = sandbox_->cgroup().stats(); st) teardown_.processes_killed = st->pids_current;
     if (frozen_) {
@@ -445,6 +499,11 @@ class JailInstance final : public Instance {
     auto msg = sandbox_->next_event();
     if (!msg) return died("the session's init process closed its control channel");
     agent::MessageType type = msg->type();
+    if (type == agent::MessageType::socket) {
+      on_socket(*msg);
+      if (*alive_ && !destroyed_) arm_control();
+      return;
+    }
     auto* idv = msg->body.if_contains("id");
     uint64_t id = idv && idv->is_number() ? idv->to_number<uint64_t>() : 0;
     auto it = execs_.find(id);
@@ -471,6 +530,27 @@ class JailInstance final : public Instance {
       }
     }
     if (*alive_ && !destroyed_) arm_control();
+  }
+
+  void on_socket(agent::Message& msg) {
+    auto* refv = msg.body.if_contains("ref");
+    auto it = sockets_.find(refv && refv->is_number() ? refv->to_number<uint64_t>() : 0);
+    if (it == sockets_.end()) return;
+    auto done = std::move(it->second);
+    sockets_.erase(it);
+    auto* errv = msg.body.if_contains("errno");
+    int err = errv && errv->is_number() ? errv->to_number<int>() : EPROTO;
+    if (msg.fds.size() == 1 && err == 0) return done(std::move(msg.fds[0]));
+    if (msg.fds_truncated || err == EMFILE || err == ENFILE)
+      return done(fail(ErrorCode::system, "no descriptor left for a port connection", err ? err : EMFILE));
+    done(fail(ErrorCode::system, "the sandbox could not open a socket", err ? err : EPROTO));
+  }
+
+  void fail_sockets() {
+    auto pending = std::move(sockets_);
+    sockets_.clear();
+    for (auto& [ref, done] : pending)
+      asio::post(*reactor_, [done = std::move(done)] { done(fail(ErrorCode::gone, "the sandbox has ended")); });
   }
 
   // One notification per wake-up: a session that execs in a loop shares the reactor
@@ -516,6 +596,7 @@ class JailInstance final : public Instance {
     dead_ = true;
     control_.reset();
     pidfd_.reset();
+    fail_sockets();
     if (on_died_) on_died_(std::move(why));
   }
 
@@ -530,6 +611,8 @@ class JailInstance final : public Instance {
   std::function<void(const ProcessEvent&)> on_process_;
   std::map<uint64_t, Entry> execs_;
   uint64_t next_id_ = 1;
+  std::map<uint64_t, std::function<void(Result<UniqueFd>)>> sockets_;  // open_socket requests in flight
+  uint64_t next_socket_ref_ = 1;
   bool destroyed_ = false, dead_ = false;
   bool frozen_ = false;                                // as last requested
   std::unique_ptr<asio::steady_timer> freeze_timer_;  // while a freeze or thaw settles

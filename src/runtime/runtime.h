@@ -13,6 +13,7 @@
 #include <boost/asio/io_context.hpp>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -138,6 +139,26 @@ class Exec {
   virtual bool release_if_empty() = 0;
 };
 
+// One process of a sandbox as the sandbox sees it (Instance::process_table).
+struct ProcessInfo {
+  pid_t pid = 0, ppid = 0;  // inside (init is 1; its ppid 0: its parent is outside)
+  uint32_t uid = 0;         // effective, inside
+  std::vector<std::string> argv;  // empty for a zombie
+  std::string name;               // comm
+  std::string exec;               // the label of the exec whose cgroup holds it; "" = none (init, strays)
+};
+
+// The processes of one sandbox, listed and signalled from any thread. Blocking (it
+// reads /proc): never on the reactor. A sandbox that ended meanwhile answers gone.
+class ProcessTable {
+ public:
+  virtual ~ProcessTable() = default;
+  virtual Result<std::vector<ProcessInfo>> list() const = 0;
+  // permission_denied for init (pid 1); not_found for a pid that is no process of
+  // this sandbox. The process is pinned (a pidfd) before it is signalled.
+  virtual Result<void> signal(pid_t pid, int sig) const = 0;
+};
+
 // A process charged to the sandbox (its memory cgroup) that copies what is written to
 // `input` into one file the caller opened (jail/file_writer.h says how it is confined).
 // Close `input` to end it; `pidfd` is readable once it has exited, then
@@ -226,6 +247,15 @@ class Instance {
   virtual UniqueFd take_door() = 0;
   // Host pid of the sandbox's init.
   virtual pid_t host_pid() const = 0;
+  // The sandbox's processes, each labelled with the label its exec's listener has in
+  // `labels` (listeners of execs still running or holding processes). Made on the
+  // reactor (cheap: no /proc read), used anywhere.
+  virtual Result<std::unique_ptr<ProcessTable>> process_table(
+      const std::map<const ExecListener*, std::string>& labels) const = 0;
+  // An unconnected TCP socket created in the sandbox's network namespace (by its init),
+  // for the host to connect to a port on the sandbox's loopback: nothing is added to
+  // the sandbox's network. `done` runs on the reactor (gone once the sandbox ended).
+  virtual void open_socket(std::function<void(Result<UniqueFd>)> done) = 0;
   // The host id that id `inside` maps to (files written on the sandbox's behalf), and
   // the host id range (slot) the sandbox holds.
   virtual uint32_t host_id(uint32_t inside) const = 0;

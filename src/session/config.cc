@@ -96,7 +96,7 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
        "max_body_bytes", "max_upload_bytes", "http_threads", "blocking_threads", "defaults", "maxima", "tenant_quotas",
        "output_retention", "stdin_timeout_s", "uid_slots", "launcher_threads", "exec_nofile", "connections",
        "session_budgets", "block_io", "admission", "dev_mode", "files", "disk", "volumes", "pools", "audit",
-       "metrics", "logs", "egress", "packages");
+       "metrics", "logs", "egress", "packages", "ports");
   TAKE(f, "state_dir", c.state_dir);
   TAKE(f, "templates_dir", c.templates_dir);
   TAKE(f, "socket", c.socket_path);
@@ -345,6 +345,18 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
     c.json_logs = format == "json";
   }
   if (auto r = read_egress(section, c.egress); !r) return std::unexpected(r.error());
+  auto ports = section("ports");
+  if (!ports) return std::unexpected(ports.error());
+  if (*ports) {
+    const JsonFields& s = **ports;
+    ONLY(s, "max_connections", "connect_timeout_s", "idle_timeout_s");
+    TAKE(s, "max_connections", c.ports.max_connections);
+    TAKE(s, "connect_timeout_s", c.ports.connect_timeout_s);
+    TAKE(s, "idle_timeout_s", c.ports.idle_timeout_s);
+    for (double t : {c.ports.connect_timeout_s, c.ports.idle_timeout_s})
+      if (!(t > 0 && t <= 86400))
+        return fail(ErrorCode::invalid_argument, "config: ports timeouts must be in (0, 86400] seconds");
+  }
   auto pkg = section("packages");
   if (!pkg) return std::unexpected(pkg.error());
   auto packages = net::parse_packages_config(*pkg ? &**pkg : nullptr, "");

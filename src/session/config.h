@@ -124,6 +124,13 @@ struct MetricsConfig {
   uint64_t history_samples = 60;
 };
 
+// The port proxy (`ports`: ANY /v1/sessions/{id}/ports/{port}/...).
+struct PortsConfig {
+  uint64_t max_connections = 32;  // proxied connections open at once per session; past it 429
+  double connect_timeout_s = 5;   // to 127.0.0.1:PORT inside
+  double idle_timeout_s = 120;    // no byte either way for this long ends a proxied exchange
+};
+
 struct DaemonConfig {
   std::string state_dir = "/var/lib/cela/state";
   std::string templates_dir = "/var/lib/cela/templates";
@@ -178,6 +185,7 @@ struct DaemonConfig {
 
   // The package gateway (`packages`): upstreams, cache, and every tenant's ceiling.
   net::PackagesConfig packages;
+  PortsConfig ports;
 
   // Reads a JSON config file over the defaults.
   static Result<DaemonConfig> load(const std::string& path);

@@ -148,6 +148,19 @@ class SessionManager {
   // when it is small (else the caller reads it with exec_output).
   void run(const Caller& caller, const std::string& session_id, ExecSpec spec, Done<RunOutcome> done);
 
+  // ---- processes and ports (session/processes.cc)
+  // The session's processes, read from its cgroup tree and /proc: call from the
+  // blocking pool (waits for the reactor only, then reads /proc on the caller's thread).
+  Result<std::vector<ProcessRecord>> processes(const Caller& caller, const std::string& session_id);
+  // `sig` to the process that is `pid` inside the session: permission_denied for init,
+  // not_found for a pid that is not the session's. Blocking pool, as processes().
+  Result<void> signal_process(const Caller& caller, const std::string& session_id, int64_t pid, int sig);
+  // An unconnected socket in the session's network namespace for a proxied connection
+  // to `port` (made by its init): rate_limited past ports.max_connections open at once,
+  // conflict while paused (unless auto_resume: it resumes first), permission_denied
+  // for the egress door's port.
+  void open_port(const Caller& caller, const std::string& session_id, uint16_t port, Done<PortSocket> done);
+
   // ---- pause (session/pause.cc)
   // Freezes every process of the session (state `paused`: no CPU; memory, files and
   // processes kept) or thaws it (state `ready`). Idempotent; completes once the kernel
@@ -357,6 +370,14 @@ class SessionManager {
                          std::optional<uint64_t> declared = std::nullopt);
   static constexpr uint64_t kMemoryCheckBytes = 1 << 20;
   FsLimits fs_limits() const;
+
+  // The process table of a live session and how to show its users (processes.cc).
+  struct ProcessView {
+    std::unique_ptr<runtime::ProcessTable> table;
+    rootfs::TemplateUser user;
+    std::shared_ptr<const obs::Redactions> redactions;
+  };
+  Result<ProcessView> process_view(const Caller& caller, const std::string& session_id);
 
   // Egress (session/egress_session.cc): the proxy, at open; a create's door and
   // policy; handing the booted sandbox's door to the proxy; PATCH network.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <boost/asio/steady_timer.hpp>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <deque>
@@ -119,6 +120,9 @@ struct Session {
   Clock::time_point created_at = Clock::now();
   uint64_t processes = 0;
   uint64_t oom_kills = 0;  // seen by its execs (v1 counts them in the exec's own cgroup)
+  // Proxied port connections open now (session/processes.cc); each PortSocket's lease
+  // holds one, and gives it back from whatever thread drops it.
+  std::shared_ptr<std::atomic<uint64_t>> port_connections = std::make_shared<std::atomic<uint64_t>>(0);
 
   int running_execs() const {
     int n = 0;

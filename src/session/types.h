@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "common/fd.h"
 #include "net/package_policy.h"
 #include "store/records.h"
 
@@ -126,6 +128,22 @@ struct ExecOutput {
 struct RunOutcome {
   store::ExecRecord record;
   std::optional<ExecOutput> output;
+};
+
+// One process of a session as the sandbox sees it (GET …/processes).
+struct ProcessRecord {
+  int64_t pid = 0, ppid = 0;  // inside the sandbox's pid namespace (init is 1, its ppid 0)
+  std::string user;           // "root", the template user's name, or the uid inside
+  std::string cmd;            // the command line, arguments joined by spaces (redacted)
+  std::optional<std::string> exec_id;  // the exec whose cgroup holds it; none for init and strays
+};
+
+// A connection into 127.0.0.1:port of a session (the port proxy): a TCP socket of the
+// session's network namespace, not yet connected, and the session's count of open
+// proxied connections, held until `lease` is dropped (any thread).
+struct PortSocket {
+  UniqueFd socket;
+  std::shared_ptr<void> lease;
 };
 
 // Completions of asynchronous calls. They run on the session reactor: they must not

@@ -135,6 +135,16 @@ class Daemon:
         return self.request("DELETE", f"/v1/sessions/{sid}")
 
 
+def wait_for(fn, timeout=10.0, step=0.05):
+    """fn()'s first truthy value within `timeout` seconds (else its last value)."""
+    end = time.monotonic() + timeout
+    while True:
+        v = fn()
+        if v or time.monotonic() > end:
+            return v
+        time.sleep(step)
+
+
 def read_until_closed(sock, seconds):
     """Reads `sock` for up to `seconds`: (bytes received, True if the peer closed it)."""
     got = b""
