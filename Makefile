@@ -9,7 +9,7 @@ JOBS ?= $(shell nproc)
 DEB_PACKAGES := build-essential cmake pkg-config \
   libboost1.81-dev libboost-json1.81-dev libseccomp-dev libcap-dev libssl-dev \
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libsqlite3-dev libarchive-dev \
-  python3 python3-pytest python3-prometheus-client debootstrap bubblewrap ca-certificates nodejs umoci
+  python3 python3-pytest python3-prometheus-client python3-websockets debootstrap bubblewrap ca-certificates nodejs umoci
 
 .PHONY: deps openapi-deps build test unit serve bench base-template format clean
 
@@ -53,6 +53,7 @@ serve: build base-template
 bench: build
 	/usr/bin/python3 bench/spawn.py --cela $(BUILD_DIR)/cela
 	/usr/bin/python3 bench/daemon.py --cela $(BUILD_DIR)/cela
+	/usr/bin/python3 bench/ws.py --cela $(BUILD_DIR)/cela
 	/usr/bin/python3 bench/redaction.py --bench $(BUILD_DIR)/bench/cela_redaction_bench
 
 format:

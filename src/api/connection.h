@@ -35,11 +35,13 @@
 #include "api/http_error.h"
 #include "api/request.h"
 #include "api/router.h"
+#include "api/websocket.h"
 
 namespace cela::api::detail {
 
 struct ServerCore;
 class StreamChannel;
+class WsSession;
 
 using Socket = boost::asio::generic::stream_protocol::socket;
 using StringResponse = http::response<http::string_body>;
@@ -74,6 +76,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void close();
   // A streamed route's body goes to `sink` (api/body_sink.h).
   void accept_body(std::shared_ptr<BodySink> sink);
+  // The request becomes a WebSocket spoken by `handler` (api/websocket.h); a request
+  // that is not a WebSocket upgrade is answered 400.
+  void upgrade_websocket(std::shared_ptr<WebSocketHandler> handler);
   bool is_closed() const { return closed_.load(); }
   void log(std::string_view line) const;
 
@@ -116,6 +121,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_stream_ended(boost::system::error_code ec);
   void watch_peer();
   void arm_keepalive();
+
+  // WebSocket (api/ws_session.h ends the connection through finish()).
+  friend class WsSession;
+  void start_websocket(std::shared_ptr<WebSocketHandler> handler);
 
   // Closing.
   void graceful_close();
@@ -177,6 +186,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool stream_keep_alive_ = false;
   bool stream_writing_ = false;
   std::string stream_out_;
+
+  std::weak_ptr<WsSession> ws_;  // once upgraded
 
   bool peer_reading_ = false;
   std::array<char, 1024> scratch_{};

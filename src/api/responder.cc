@@ -83,6 +83,11 @@ void Responder::accept_body(std::shared_ptr<BodySink> sink) {
   c->accept_body(std::move(sink));
 }
 
+void Responder::upgrade_websocket(std::shared_ptr<WebSocketHandler> handler) {
+  if (!claim("upgrade_websocket")) return;
+  if (auto c = connection_.lock()) c->upgrade_websocket(std::move(handler));
+}
+
 void Responder::no_content(Headers extra) {
   raw(204, {}, {}, std::move(extra));
 }

@@ -1,7 +1,7 @@
 // Responder: how a handler answers its one request, now or later, from any thread.
 //
-// Exactly one of json / error / raw / no_content / start_sse / start_chunked takes
-// effect; later calls are ignored (and logged). Every method is thread-safe: it hands
+// Exactly one of json / error / raw / no_content / start_sse / start_chunked /
+// upgrade_websocket takes effect; later calls are ignored (and logged). Every method is thread-safe: it hands
 // the answer to the connection's strand and returns at once.
 //
 // Deferred answers: a handler that cannot answer before returning (it waits for a
@@ -32,6 +32,7 @@
 #include "api/http_error.h"
 #include "api/request.h"
 #include "api/stream.h"
+#include "api/websocket.h"
 
 namespace cela::api {
 
@@ -72,6 +73,10 @@ class Responder : public std::enable_shared_from_this<Responder> {
   // close-delimited body). Never null, as above.
   std::shared_ptr<ChunkedWriter> start_chunked(int status, std::string_view content_type,
                                                Headers extra = {});
+
+  // 101: the request becomes a WebSocket spoken by `handler` (api/websocket.h); a
+  // request that is not a WebSocket upgrade is answered 400 instead.
+  void upgrade_websocket(std::shared_ptr<WebSocketHandler> handler);
 
   // Streamed routes only (api/body_sink.h): the body goes to `sink`. Call at most once,
   // before answering; the sink answers through this responder.

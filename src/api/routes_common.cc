@@ -23,6 +23,7 @@ void add_api_routes(RouteContext& ctx) {
   add_secret_routes(ctx);
   add_storage_routes(ctx);
   add_template_routes(ctx);
+  add_ws_routes(ctx);
 }
 
 ApiResult<void> require_admin(const Request& req) {

@@ -140,6 +140,9 @@ class SessionManager {
   // `signal` to the exec's whole tree, SIGKILL after `grace`.
   void kill_exec(const Caller& caller, const std::string& session_id, const std::string& exec_id, KillSpec spec,
                  Done<store::ExecRecord> done);
+  // The terminal size of a PTY exec (conflict for an exec that is not a terminal).
+  void resize_exec(const Caller& caller, const std::string& session_id, const std::string& exec_id, uint16_t cols,
+                   uint16_t rows, Done<void> done);
   // start_exec, then completes when the exec has ended: the record, and the output
   // when it is small (else the caller reads it with exec_output).
   void run(const Caller& caller, const std::string& session_id, ExecSpec spec, Done<RunOutcome> done);
