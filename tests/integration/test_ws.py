@@ -426,3 +426,36 @@ def test_ping_pong_keepalive(daemon, sid):
         assert closed and time.monotonic() - t0 < PING_S * 4
     finally:
         s.close()
+
+
+def test_a_socket_holds_a_key_slot_and_the_daemon_stops_with_sockets_open():
+    """A WebSocket is a request in flight for its key's per_key limit until it closes;
+    a daemon stopping with sockets open closes them and exits cleanly."""
+    d = Daemon(config={"connections": {"per_key": 2}}).start()
+    try:
+        sid = d.session()
+
+        async def go():
+            a = await connect(d, sid)
+            b = await connect(d, sid)
+            # Both of the key's slots are held by the sockets: a third request waits for none.
+            st, body, _ = d.request("GET", f"/v1/sessions/{sid}", tcp=True, key=d.key)
+            assert st == 429 and body["error"]["code"] == "rate_limited", body
+            with pytest.raises(websockets.exceptions.InvalidStatusCode) as e:
+                await connect(d, sid)
+            assert e.value.status_code == 429
+            await a.close()
+            assert wait_until(lambda: d.request("GET", f"/v1/sessions/{sid}", tcp=True, key=d.key)[0] == 200, 5)
+            # The other socket runs an exec while the daemon stops.
+            s = Socket(b)
+            await s.start("long", argv=["sleep", "60"])
+            t0 = time.monotonic()
+            d.stop()
+            assert d.proc.returncode == 0, d.logs()
+            with pytest.raises(websockets.exceptions.ConnectionClosed):
+                while True:
+                    await s.next(10)
+            assert time.monotonic() - t0 < 20
+        run(go())
+    finally:
+        d.close()
