@@ -1,5 +1,7 @@
 // A session's secret grants: resolved at create, written after boot, expired at their
 // TTL, wiped at teardown (session/secret_grants.h). Reactor-only.
+#include <algorithm>
+
 #include <boost/asio/steady_timer.hpp>
 
 #include "session/audit_hook.h"
@@ -37,18 +39,10 @@ Result<void> SessionManager::install_grants(const std::shared_ptr<Session>& sess
   assert_on_reactor();
   Session& s = *session;
   if (s.secrets.empty()) return {};
-  auto root = s.instance->open_root();
-  if (!root) return std::unexpected(root.error());
-  uid_t uid = s.instance->host_id(s.tmpl.user.uid);
-  gid_t gid = s.instance->host_id(s.tmpl.user.gid);
+  if (auto w = write_grant_files(s); !w) return w;
   std::weak_ptr<Session> weak = session;
   for (size_t i = 0; i < s.secrets.size(); ++i) {
     SecretGrant& g = s.secrets[i];
-    if (g.spec.as_file) {
-      if (auto w = install_secret_file(root->get(), g.spec.path, g.value.view(), uid, gid); !w)
-        return std::unexpected(w.error());
-      g.file_written = true;
-    }
     boost::json::object fields{{"secret", g.spec.name}, {"as", g.spec.as_file ? "file" : "env"},
                                {"ttl_s", g.spec.ttl_s}};
     if (g.spec.as_file) fields["path"] = g.spec.path;
@@ -60,6 +54,22 @@ Result<void> SessionManager::install_grants(const std::shared_ptr<Session>& sess
       if (ec) return;
       if (auto sp = weak.lock(); sp && !sp->ended) end_grant(*sp, i, "ttl_expired");
     });
+  }
+  return {};
+}
+
+Result<void> SessionManager::write_grant_files(Session& s) {
+  assert_on_reactor();
+  if (std::ranges::none_of(s.secrets, [](const SecretGrant& g) { return g.live && g.spec.as_file; })) return {};
+  auto root = s.instance->open_root();
+  if (!root) return std::unexpected(root.error());
+  uid_t uid = s.instance->host_id(s.tmpl.user.uid);
+  gid_t gid = s.instance->host_id(s.tmpl.user.gid);
+  for (SecretGrant& g : s.secrets) {
+    if (!g.live || !g.spec.as_file) continue;
+    if (auto w = install_secret_file(root->get(), g.spec.path, g.value.view(), uid, gid); !w)
+      return std::unexpected(w.error());
+    g.file_written = true;
   }
   return {};
 }

@@ -294,24 +294,30 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
   runtime::InstanceSpec is = instance_spec(r.id, *tmpl, spec.limits);
   is.disk_kind = runtime::disk_kind(disk_kind).value_or(runtime::DiskKind::disk);
   is.volumes = session->instance_spec.volumes;  // claim_volumes filled them in
-  session->instance_spec = is;
-  ++booting_templates_[template_key(*tmpl)];
   is.door_port = session->door ? net::kDoorPort : 0;
+  session->instance_spec = is;  // a reset boots the same again, door included
+  ++booting_templates_[template_key(*tmpl)];
   asio::post(launcher_, [this, session, is, began, done = std::move(done)]() mutable {
-    auto instance = std::make_shared<Result<std::unique_ptr<runtime::Instance>>>(backend_->start(is));
-    // Package manager settings are in place before anything runs (session->packages
-    // is not changed after create).
-    if (*instance && session->packages)
-      if (auto w = write_package_files(***instance, config_.packages, package_keyring_); !w) {
-        (**instance)->destroy();
-        *instance = std::unexpected(w.error());
-      }
+    auto instance = std::make_shared<Result<std::unique_ptr<runtime::Instance>>>(start_instance(*session, is));
     on_reactor([this, session, instance, began, done = std::move(done)]() mutable {
       session->record.startup_ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - began).count();
       booted(session, std::move(*instance), std::move(done));
     });
   });
+}
+
+Result<std::unique_ptr<runtime::Instance>> SessionManager::start_instance(const Session& session,
+                                                                       const runtime::InstanceSpec& is) {
+  auto instance = backend_->start(is);
+  // Package manager settings are in place before anything runs (session.packages is
+  // not changed after create).
+  if (instance && session.packages)
+    if (auto w = write_package_files(**instance, config_.packages, package_keyring_); !w) {
+      (*instance)->destroy();
+      return std::unexpected(w.error());
+    }
+  return instance;
 }
 
 runtime::InstanceSpec SessionManager::instance_spec(const std::string& id, const rootfs::Template& tmpl,

@@ -260,6 +260,9 @@ class SessionManager {
               Done<store::SessionRecord> done);
   runtime::InstanceSpec instance_spec(const std::string& id, const rootfs::Template& tmpl,
                                       const SessionLimits& limits) const;
+  // Launcher thread: boots the sandbox and writes the package manager settings into it
+  // before anything runs (create and reset). Reads only what create fixed.
+  Result<std::unique_ptr<runtime::Instance>> start_instance(const Session& session, const runtime::InstanceSpec& is);
 
   // pool.cc. claim_pooled: true when it answered `done` (a claim, or a refusal of the
   // caller's quota); false when no pool of the spec's shape has a ready session (the
@@ -279,6 +282,8 @@ class SessionManager {
   // value wiped; true when it was live).
   Result<void> resolve_grants(const Caller& caller, Session& s, const std::vector<SecretGrantSpec>& grants);
   Result<void> install_grants(const std::shared_ptr<Session>& session);
+  // The files of the session's live file grants, into its sandbox (create and reset).
+  Result<void> write_grant_files(Session& s);
   bool end_grant(Session& s, size_t index, std::string_view why);
   uint64_t end_grants(Session& s, std::string_view why);
 

@@ -107,6 +107,7 @@ void SessionManager::reset(const Caller& caller, const std::string& id, Done<Ses
     }
     // The old sandbox goes whole: processes, cgroup, writable layer (its image and loop
     // device), its use of the volumes (they stay claimed by this session).
+    if (session->door) egress_->close_door(id);  // rebooted() opens the new sandbox's
     runtime::Teardown teardown = session->instance->destroy();
     if (teardown.release_disk) release_disk_later(session, std::move(teardown.release_disk), false);
     for (auto& [eid, e] : session->execs) e->exec.reset();
@@ -114,7 +115,7 @@ void SessionManager::reset(const Caller& caller, const std::string& id, Done<Ses
     session->writers.reset();
     asio::post(launcher_, [this, session, began, done = std::move(done)]() mutable {
       auto instance =
-          std::make_shared<Result<std::unique_ptr<runtime::Instance>>>(backend_->start(session->instance_spec));
+          std::make_shared<Result<std::unique_ptr<runtime::Instance>>>(start_instance(*session, session->instance_spec));
       on_reactor([this, session, instance, began, done = std::move(done)]() mutable {
         rebooted(session, std::move(*instance), began, std::move(done));
       });
@@ -139,6 +140,16 @@ void SessionManager::rebooted(std::shared_ptr<Session> session, Result<std::uniq
     return done(std::unexpected(e));
   }
   session->instance = std::move(*instance);
+  // What create put into the sandbox besides the template comes back: the egress door
+  // (and the extra CA) and the files of live secret grants.
+  if (auto d = open_session_door(*session); !d) {
+    terminate(session, "failed", "reset_failed", d.error().message());
+    return done(std::unexpected(d.error()));
+  }
+  if (auto g = write_grant_files(*session); !g) {
+    terminate(session, "failed", "reset_failed", g.error().message());
+    return done(std::unexpected(g.error()));
+  }
   r.init_pid = session->instance->host_pid();
   r.slot = session->instance->slot();
   r.startup_ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began).count();

@@ -246,6 +246,22 @@ def test_the_extra_ca_is_in_the_sessions_trust_store(daemon, servers):
         daemon.delete(sid)
 
 
+def test_a_reset_session_keeps_its_door_and_ca(daemon, servers):
+    """A reset boots a new sandbox (a new init, a new netns): the egress door and the
+    operator's CA come back with it, under the same policy."""
+    sp = servers.port(servers.https)
+    sid = session(daemon, allow=[f"allowed.test:{sp}"])
+    try:
+        st, info, _ = daemon.request("POST", f"/v1/sessions/{sid}/reset")
+        assert st == 200 and info["resets"] == 1, info
+        r = sh(daemon, sid, f"curl -sS --max-time 20 https://allowed.test:{sp}/hello.txt")
+        assert r["exit_code"] == 0 and r["stdout"] == "hello through the door\n", r
+        r = sh(daemon, sid, f"curl -s --max-time 20 -o /dev/null -w '%{{http_code}}' https://other.test:{sp}/")
+        assert r["stdout"] == "000", r  # the CONNECT refused: the policy came back too
+    finally:
+        daemon.delete(sid)
+
+
 def test_denied_hosts_get_403_naming_the_rule(daemon, servers):
     hp = servers.port(servers.http)
     sid = session(daemon, allow=[f"allowed.test:{hp}", "*.example.org"], deny=["other.test"])

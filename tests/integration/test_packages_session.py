@@ -84,6 +84,21 @@ def test_pip_installs_inside_and_a_second_session_is_served_from_the_cache(world
     assert installs(daemon, sid)
 
 
+def test_a_reset_session_still_installs_through_the_gateway(world):
+    """A reset boots the template again: the package manager settings and the door come
+    back, so pip still goes through the gateway (and is refused nothing it was allowed)."""
+    daemon, registries = world
+    sid = session(daemon, mode="gateway", allow=ALLOW, min_age_days=2)
+    try:
+        status, info, _ = daemon.request("POST", f"/v1/sessions/{sid}/reset")
+        assert status == 200 and info["resets"] == 1, info
+        r = run(daemon, sid, PIP + "celademo && python3 -c 'import celademo; print(celademo.VERSION)'")
+        assert r["exit_code"] == 0, r
+        assert r["stdout"].strip().endswith("1.0"), r
+    finally:
+        daemon.delete(sid)
+
+
 def test_refusals_inside_say_why(world):
     daemon, registries = world
     sid = session(daemon, mode="gateway", allow=ALLOW, min_age_days=2)

@@ -191,6 +191,23 @@ def test_one_byte_per_write_still_redacted(daemon):
         daemon.delete(sid)
 
 
+def test_a_reset_session_keeps_its_live_file_grants(daemon):
+    """A reset boots a new sandbox from the template: the grants of the session are
+    still its, so their files come back (the env grant needs nothing: execs get it)."""
+    put_secret(daemon, "AFTER_RESET")
+    sid = session(daemon, [{"name": "AFTER_RESET", "as": "file"}, {"name": "AFTER_RESET", "as": "env", "env": "AR"}])
+    try:
+        run(daemon, sid, "echo gone-after-reset > /tmp/scratch")
+        st, info, _ = daemon.request("POST", f"/v1/sessions/{sid}/reset")
+        assert st == 200 and info["resets"] == 1, info
+        r = run(daemon, sid, 'test -e /tmp/scratch || echo wiped; test "$AR" = "$(cat /run/secrets/AFTER_RESET)" && '
+                             'echo same; stat -c %a /run/secrets/AFTER_RESET')
+        assert r["stdout"] == "wiped\nsame\n400\n", r
+    finally:
+        st, rec, _ = daemon.delete(sid)
+        assert st == 200 and rec["cleanup"]["secrets_wiped"] == 2, rec
+
+
 def test_grants_gone_after_ttl(daemon):
     put_secret(daemon, "SHORT_LIVED")
     sid = session(daemon, [{"name": "SHORT_LIVED", "as": "file", "ttl_s": 2},
