@@ -8,7 +8,7 @@ namespace json = boost::json;
 namespace {
 json::value limit_event_schema() {
   return object_schema({{"at", string_schema("RFC 3339")},
-                        {"kind", enum_schema({"oom", "pids", "disk", "cpu_throttle", "timeout", "ttl", "egress_bandwidth"})},
+                        {"kind", enum_schema({"oom", "pids", "disk", "cpu_throttle", "timeout", "ttl", "egress_bandwidth", "egress_connections"})},
                         {"detail", string_schema("what was hit, in words")},
                         {"exec_id", nullable(string_schema())}},
                        {"at", "kind", "detail"});

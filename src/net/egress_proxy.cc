@@ -30,6 +30,7 @@
 #include <thread>
 
 #include "net/internal_service.h"
+#include "net/tls_hello.h"
 
 namespace cela::net {
 namespace asio = boost::asio;
@@ -317,7 +318,42 @@ struct EgressProxy::Impl {
     }
   }
 
-  awaitable<void> tunnel(Link& link, beast::flat_buffer& buffered, EgressAttempt& a) {
+  // Host names compare without case and without a final dot.
+  static bool same_host(std::string_view x, std::string_view y) {
+    if (x.ends_with('.')) x.remove_suffix(1);
+    if (y.ends_with('.')) y.remove_suffix(1);
+    return beast::iequals(x, y);
+  }
+
+  // A TLS client in a tunnel must ask for the host the tunnel was opened to: its
+  // ClientHello's server name is read before any byte goes upstream. A mismatch (or a
+  // hello that does not parse) is a refusal; another protocol, or TLS without a name
+  // (an IP literal), passes. Reads into `buffered`; the idle timeout bounds the wait.
+  awaitable<std::optional<Verdict>> check_server_name(Link& link, beast::flat_buffer& buffered, const EgressAttempt& a) {
+    using State = ClientHelloScan::State;
+    for (;;) {
+      auto seen = buffered.cdata();
+      auto scan = scan_client_hello(std::string_view(static_cast<const char*>(seen.data()), seen.size()));
+      if (scan.state == State::not_tls) co_return std::nullopt;
+      if (scan.state == State::malformed)
+        co_return Verdict{false, "tls server name", "the TLS ClientHello does not parse"};
+      if (scan.state == State::done) {
+        if (!scan.server_name || same_host(*scan.server_name, a.host)) co_return std::nullopt;
+        co_return Verdict{false, "tls server name",
+                          "the TLS server name " + *scan.server_name + " is not the CONNECT host " + a.host};
+      }
+      auto [ec, n] = co_await link.client.async_read_some(buffered.prepare(4096), nothrow);
+      if (ec) co_return Verdict{false, "tls server name", "the client left before its ClientHello was complete"};
+      buffered.commit(n);
+      link.touch();
+    }
+  }
+
+  awaitable<void> tunnel(Link& link, beast::flat_buffer& buffered, EgressAttempt& a, Verdict& verdict) {
+    if (auto refused = co_await check_server_name(link, buffered, a)) {
+      verdict = std::move(*refused);
+      co_return;
+    }
     // What the client sent after its request (a TLS hello, often) goes first.
     if (buffered.size()) {
       auto [ec, n] = co_await asio::async_write(link.upstream, buffered.data(), nothrow);
@@ -429,7 +465,7 @@ struct EgressProxy::Impl {
     }
     static constexpr std::string_view kEstablished = "HTTP/1.1 200 Connection established\r\n\r\n";
     auto [ec, n] = co_await asio::async_write(link.client, asio::buffer(kEstablished), nothrow);
-    if (!ec) co_await tunnel(link, buf, a);
+    if (!ec) co_await tunnel(link, buf, a, d.verdict);
     finish(a, d.verdict, began);
   }
 
@@ -615,7 +651,7 @@ struct EgressProxy::Impl {
       d.verdict = {false, "internal service", "plain HTTP only (no SOCKS)"};
     } else if (co_await open_upstream(link, a, d)) {
       co_await reply(0);
-      co_await tunnel(link, buf, a);
+      co_await tunnel(link, buf, a, d.verdict);
       finish(a, d.verdict, began);
       co_return;
     }

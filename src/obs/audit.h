@@ -16,10 +16,11 @@
 // Entry point for every module: obs::audit(kind, subject, data) writes through the
 // daemon's installed AuditLog and does nothing when none is installed (unit tests,
 // `cela run`). Kinds are dotted names: session.create, session.terminate,
-// session.pause, session.resume, session.snapshot, exec.start, exec.end, process.exec,
-// files.written, limit.oom, limit.pids, limit.disk, limit.cpu_throttle,
-// limit.timeout, limit.ttl, limit.egress_bandwidth, auth.failure, egress.*, package.*,
-// secret.* (docs/security.md lists them with their fields).
+// session.pause, session.resume, session.reset, session.snapshot, exec.start, exec.end,
+// process.exec, files.written, limit.* (oom, pids, disk, cpu_throttle, timeout, ttl,
+// egress_bandwidth, egress_connections), auth.failure, egress.connection,
+// package.install, secret.granted, secret.expired, file.exported (docs/security.md
+// lists them with their fields).
 #pragma once
 
 #include <boost/json/object.hpp>

@@ -36,7 +36,7 @@ inline Family& execs() {  // {tenant, state}
 inline Family& exec_seconds() {  // {tenant}
   return metrics().histogram("cela_exec_seconds", "Exec wall time, start to end", {"tenant"}, latency_buckets());
 }
-inline Family& limit_events() {  // {tenant, kind: oom|pids|disk|cpu_throttle|timeout|ttl|egress_bandwidth}
+inline Family& limit_events() {  // {tenant, kind: oom|pids|disk|cpu_throttle|timeout|ttl|egress_bandwidth|egress_connections}
   return metrics().counter("cela_limit_events_total", "Limits hit by sandboxes, by tenant and kind",
                            {"tenant", "kind"}, 256);
 }

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "obs/audit.h"
+
 namespace cela::session {
 
 Result<net::EgressPolicy> egress_policy(const store::NetworkPolicy& network,
@@ -50,12 +52,18 @@ void EgressRecorder::on_attempt(const net::EgressAttempt& a) {
   r.duration_ms = a.duration_ms;
   if (auto w = store_.insert_egress(r); !w)
     std::fprintf(stderr, "cela: recording egress of %s failed: %s\n", a.session_id.c_str(), w.error().message().c_str());
+  // The same attempt in the hash-chained audit (its lock orders appends from any thread).
+  obs::audit("egress.connection", {a.tenant_id, a.session_id, ""},
+             {{"kind", a.kind}, {"host", a.host}, {"ip", a.ip}, {"port", a.port}, {"allowed", a.allowed},
+              {"rule", a.rule}, {"reason", a.reason}, {"bytes_up", a.bytes_up}, {"bytes_down", a.bytes_down},
+              {"duration_ms", a.duration_ms}});
 }
 
 void EgressRecorder::on_limit(const std::string& session_id, const std::string& kind, const std::string& detail) {
   if (auto w = store_.insert_limit_event(session_id, {store::now_rfc3339(), kind, detail}); !w)
     std::fprintf(stderr, "cela: recording a limit event of %s failed: %s\n", session_id.c_str(),
                  w.error().message().c_str());
+  if (limit_hit_) limit_hit_(session_id, kind, detail);
 }
 
 }  // namespace cela::session

@@ -3,6 +3,7 @@
 // clients at the door, and the recorder that keeps every attempt in the store.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,15 +33,19 @@ inline constexpr const char* kSessionCaBundle = "/etc/ssl/certs/ca-certificates.
 // GIT_SSL_CAINFO, CURL_CA_BUNDLE).
 std::vector<std::string> egress_env(bool with_ca);
 
-// EgressObserver -> store, on the proxy's record thread.
+// EgressObserver -> store and audit, on the proxy's record thread. A limit also goes
+// to `limit_hit`, which must be safe to call from that thread (the manager posts it to
+// its reactor: the session's limit events, metrics and event stream).
 class EgressRecorder final : public net::EgressObserver {
  public:
-  explicit EgressRecorder(store::Store& store) : store_(store) {}
+  using LimitHit = std::function<void(const std::string& session_id, const std::string& kind, const std::string& detail)>;
+  EgressRecorder(store::Store& store, LimitHit limit_hit) : store_(store), limit_hit_(std::move(limit_hit)) {}
   void on_attempt(const net::EgressAttempt& attempt) override;
   void on_limit(const std::string& session_id, const std::string& kind, const std::string& detail) override;
 
  private:
   store::Store& store_;
+  LimitHit limit_hit_;
 };
 
 }  // namespace cela::session

@@ -19,7 +19,14 @@ Result<void> SessionManager::open_egress() {
   }
   std::vector<std::string> own;
   if (!config_.listen.empty()) own.push_back(config_.listen);
-  egress_recorder_ = std::make_unique<EgressRecorder>(store_);
+  // Limits the proxy hits become the session's limit events (reactor-only state).
+  egress_recorder_ = std::make_unique<EgressRecorder>(
+      store_, [this](const std::string& id, const std::string& kind, const std::string& detail) {
+        on_reactor([this, id, kind, detail] {
+          if (auto it = sessions_.find(id); it != sessions_.end() && !it->second->ended)
+            limit_event(*it->second, kind, detail, "");
+        });
+      });
   auto proxy = net::EgressProxy::start(config_.egress, own, egress_recorder_.get());
   if (!proxy) return std::unexpected(proxy.error());
   egress_ = std::move(*proxy);

@@ -28,7 +28,7 @@ void SessionManager::apply_file_policy(SessionFs& fs, const FsView& view) const 
 
 void SessionManager::record_export(const Caller& caller, const std::string& session_id, std::string_view kind,
                                    std::string_view path, uint64_t size, std::string_view sha256) {
-  audit_hook("file_exported", caller.tenant_id, session_id,
+  audit_hook("file.exported", caller.tenant_id, session_id,
              {{"export", kind}, {"path", path}, {"size", size}, {"sha256", sha256}});
 }
 

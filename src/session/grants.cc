@@ -47,7 +47,7 @@ Result<void> SessionManager::install_grants(const std::shared_ptr<Session>& sess
                                {"ttl_s", g.spec.ttl_s}};
     if (g.spec.as_file) fields["path"] = g.spec.path;
     else fields["env"] = g.spec.env;
-    audit_hook("secret_granted", s.record.tenant_id, s.record.id, std::move(fields));
+    audit_hook("secret.granted", s.record.tenant_id, s.record.id, std::move(fields));
     if (g.spec.ttl_s == 0) continue;
     g.timer = std::make_unique<asio::steady_timer>(reactor_, std::chrono::seconds(g.spec.ttl_s));
     g.timer->async_wait([this, weak, i](boost::system::error_code ec) {
@@ -84,7 +84,7 @@ bool SessionManager::end_grant(Session& s, size_t index, std::string_view why) {
     if (auto root = s.instance->open_root(); root) removed = wipe_secret_file(root->get(), g.spec.path);
   g.value.wipe();
   if (g.timer) g.timer->cancel();
-  audit_hook("secret_expired", s.record.tenant_id, s.record.id,
+  audit_hook("secret.expired", s.record.tenant_id, s.record.id,
              {{"secret", g.spec.name}, {"reason", why}, {"file_removed", removed}});
   return true;
 }

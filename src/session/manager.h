@@ -328,6 +328,9 @@ class SessionManager {
   void observe_created(const std::shared_ptr<Session>& session);
   void observe_create_failed(const store::SessionRecord& record, const std::string& reason, const std::string& message);
   void observe_terminated(Session& session);
+  // A change of a live session that is neither create nor end (session.pause,
+  // session.resume, session.reset, session.snapshot): one audit record.
+  void observe_change(Session& session, std::string_view kind, boost::json::object data);
   void observe_exec_started(ExecState& e, const ExecSpec& spec);
   void observe_exec_limits(ExecState& e);
   void observe_exec_ended(ExecState& e);

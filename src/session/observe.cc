@@ -195,6 +195,11 @@ void SessionManager::observe_create_failed(const SessionRecord& r, const std::st
              {{"template", r.template_ref}, {"result", "failed"}, {"reason", reason}, {"message", message}});
 }
 
+void SessionManager::observe_change(Session& s, std::string_view kind, json::object data) {
+  assert_on_reactor();
+  obs::audit(kind, subject_of(s), std::move(data));
+}
+
 void SessionManager::observe_terminated(Session& s) {
   assert_on_reactor();
   const SessionRecord& r = s.record;
@@ -406,6 +411,10 @@ void SessionManager::metrics(const Caller& caller, const std::string& id, Done<S
       if (!rec) return done(fail(ErrorCode::not_found, "no session " + id));
       m.live = false;
       m.state = rec->state;
+      if (rec->cleanup) {
+        m.disk_used_bytes = rec->cleanup->disk_used_bytes;
+        m.disk_written_bytes = rec->cleanup->disk_written_bytes;
+      }
       if (auto created = store::parse_rfc3339(rec->created_at); created) {
         auto end = rec->termination_at.empty() ? store::now_ms() : store::parse_rfc3339(rec->termination_at).value_or(store::now_ms());
         m.wall_ms = static_cast<uint64_t>(std::max<int64_t>(0, end - *created));
@@ -438,7 +447,11 @@ void SessionManager::metrics(const Caller& caller, const std::string& id, Done<S
         m.pids_peak = st->pids_peak;
         m.oom_kills = std::max(st->oom_kills, s.oom_kills);
       }
-      if (auto sp = layer_space(*s.instance)) m.disk_used_bytes = sp->used;
+      // The same meter as the session's record (GET …/{id}): use beyond an empty layer,
+      // and what reached the image (null on a tmpfs).
+      runtime::DiskUsage disk = s.instance->disk_usage();
+      m.disk_used_bytes = disk.used_bytes;
+      m.disk_written_bytes = disk.written_bytes;
       if (auto net = netns_bytes(s.instance->host_pid())) {
         m.net_tx_bytes = net->first;
         m.net_rx_bytes = net->second;

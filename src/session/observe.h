@@ -13,7 +13,7 @@
 namespace cela::session {
 
 // One limit a session hit: kind oom | pids | disk | cpu_throttle | timeout | ttl |
-// egress_bandwidth; `detail` in words; the exec it happened in, if any.
+// egress_bandwidth | egress_connections; `detail` in words; the exec it happened in, if any.
 struct LimitEvent {
   std::string at;
   std::string kind;

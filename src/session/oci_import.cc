@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <boost/json.hpp>
+#include <cerrno>
 #include <map>
 #include <optional>
 #include <set>
@@ -192,7 +193,9 @@ Result<Image> find_image(const Outer& o) {
       if (!l.is_string()) return fail(ErrorCode::invalid_argument, "manifest.json: bad layer");
       img.layers.emplace_back(clean_name(std::string(l.as_string())), "");
     }
-    img.id = "sha256:" + sha256_hex(it->second);
+    // Set by the caller: a docker save manifest names layers by path, so only the whole
+    // archive says what the image holds.
+    img.id.clear();
     return img;
   }
   return fail(ErrorCode::invalid_argument, "neither an OCI layout (index.json) nor a docker save tar (manifest.json)");
@@ -362,7 +365,17 @@ Result<void> apply_layer(std::string_view archive_bytes, const std::string& name
     int r;
     applier.next_layer();
     while ((r = archive_read_next_header(layer.get(), &le)) == ARCHIVE_OK)
-      if (auto ok = applier.entry(layer.get(), le); !ok) return ok;
+      if (auto ok = applier.entry(layer.get(), le); !ok) {
+        // An entry that cannot be applied inside the layer (through a symlink to nowhere,
+        // a hard link to a missing file) is a bad image, not a missing resource.
+        const int err = ok.error().err;
+        const bool image_fault = ok.error().code == ErrorCode::not_found ||
+                                 ok.error().code == ErrorCode::permission_denied || err == ENOENT || err == EEXIST ||
+                                 err == ENOTDIR || err == EISDIR || err == ELOOP || err == EXDEV || err == EPERM ||
+                                 err == EACCES || err == EMLINK || err == ENAMETOOLONG || err == EINVAL;
+        if (image_fault) return fail(ErrorCode::invalid_argument, "layer " + name + ": " + ok.error().message());
+        return ok;
+      }
     if (r != ARCHIVE_EOF) return fail(ErrorCode::invalid_argument, "layer " + name + ": " + archive_message(layer.get()));
     // Whatever the layer reader left unread still counts for the digest.
     char buf[1 << 16];
@@ -402,6 +415,9 @@ Result<rootfs::Template> import_oci_image(const rootfs::TemplateStore& store, co
   if (!outer) return std::unexpected(outer.error());
   auto image = find_image(*outer);
   if (!image) return std::unexpected(image.error());
+  // The id keys the layer cache: a docker save tar is identified by all of its bytes
+  // (its manifest.json alone is the same for images of different content).
+  if (image->id.empty()) image->id = "sha256:" + sha256_hex(archive_bytes);
   for (const auto& [entry, digest] : image->layers)
     if (!outer->names.contains(entry)) return fail(ErrorCode::invalid_argument, "the image has no layer " + entry);
 

@@ -7,12 +7,15 @@
 //     resume: a resume counts as activity;
 //   - exec timeouts and the wait for an exec to start stop, and go on with what was
 //     left of them after the resume: a frozen exec's time does not run out.
+#include <boost/json/object.hpp>
+#include <cmath>
 #include <cstdio>
 
 #include "session/manager.h"
 #include "session/state.h"
 
 namespace cela::session {
+namespace json = boost::json;
 namespace {
 
 void run_waiters(Session& s) {
@@ -80,6 +83,9 @@ void SessionManager::set_frozen(const std::shared_ptr<Session>& session, bool fr
       std::fprintf(stderr, "cela: %s %s failed after %.1f ms: %s\n", frozen ? "pausing" : "resuming",
                    s.record.id.c_str(), ms, r.error().message().c_str());
     arm_session_timer(session);
+    json::object data{{"result", r ? "ok" : "failed"}, {"ms", std::round(ms * 10) / 10}};
+    if (!r) data["message"] = r.error().message();
+    observe_change(s, frozen ? "session.pause" : "session.resume", std::move(data));
     done(r);
     run_waiters(s);
   });

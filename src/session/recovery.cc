@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <future>
 
+#include "obs/audit.h"
 #include "session/manager.h"
 
 namespace cela::session {
@@ -27,10 +28,14 @@ Result<int64_t> SessionManager::recover() {
         cleanup.cgroup_removed = false;
       }
       bool starting = s.state == store::session_state::starting;
-      (void)store_.set_terminated(s.id, starting ? "failed" : "terminated", "daemon_restart",
-                                  starting ? "the daemon restarted while the session was starting"
-                                           : "the daemon restarted; the session's processes ended with it",
-                                  cleanup);
+      const char* state = starting ? "failed" : "terminated";
+      const char* message = starting ? "the daemon restarted while the session was starting"
+                                     : "the daemon restarted; the session's processes ended with it";
+      (void)store_.set_terminated(s.id, state, "daemon_restart", message, cleanup);
+      // Its end is in the audit like any other (the old daemon could not write it).
+      obs::audit("session.terminate", {s.tenant_id, s.id, ""},
+                 {{"state", state}, {"reason", "daemon_restart"}, {"message", message}, {"recovered", true},
+                  {"clean", cleanup.cgroup_removed}});
     }
     (void)store_.close_running_execs("the daemon restarted while the exec was running");
     // Warm pools' sandboxes: never claimed, so nothing to record; only their cgroups.

@@ -62,9 +62,20 @@ void SessionManager::snapshot(const Caller& caller, const std::string& session_i
                  we_freeze, done = std::move(done)](Result<void> frozen) mutable {
       // A pause or resume asked for meanwhile waited in after_freeze (pause.cc): it is
       // decided once the snapshot has let go of the freezer.
-      auto thaw_and = [s, we_freeze](Done<rootfs::Template> d, Result<rootfs::Template> r) {
-        auto finish = [s](Done<rootfs::Template>& d, Result<rootfs::Template>& r) {
+      auto thaw_and = [this, s, we_freeze](Done<rootfs::Template> d, Result<rootfs::Template> r) {
+        auto finish = [this, s](Done<rootfs::Template>& d, Result<rootfs::Template>& r) {
           s->snapshotting = false;
+          boost::json::object data{{"result", r ? "ok" : "failed"}};
+          if (r) {
+            data["template"] = r->name + "@" + r->version;
+            if (!r->layer_meta.empty()) {
+              data["layer_digest"] = r->layer_meta.back().digest;
+              data["layer_size_bytes"] = r->layer_meta.back().size_bytes;
+            }
+          } else {
+            data["message"] = r.error().message();
+          }
+          if (!s->ended) observe_change(*s, "session.snapshot", std::move(data));
           d(std::move(r));
           auto waiters = std::move(s->after_freeze);
           s->after_freeze.clear();

@@ -167,6 +167,7 @@ void SessionManager::rebooted(std::shared_ptr<Session> session, Result<std::uniq
   });
   set_meter(r.id, session->instance->disk_meter(), r.resets);
   arm_session_timer(session);
+  observe_change(*session, "session.reset", {{"resets", r.resets}, {"startup_ms", r.startup_ms.value_or(0)}});
   SessionRecord out = r;
   fill_disk(out);
   done(out);

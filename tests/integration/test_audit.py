@@ -81,6 +81,20 @@ def test_one_sessions_story_reads_in_order(daemon):
     assert term["data"]["cleanup"]["cgroup_removed"] is True
 
 
+def test_pause_resume_and_reset_are_recorded(daemon):
+    sid = daemon.session(limits={"memory_mb": 256})
+    try:
+        for action in ("pause", "resume", "reset"):
+            status, body, _ = daemon.request("POST", f"/v1/sessions/{sid}/{action}")
+            assert status == 200, body
+        recs = [r for r in records(daemon, sid, kind="session.") if r["kind"] != "session.create"]
+        assert [r["kind"] for r in recs] == ["session.pause", "session.resume", "session.reset"], recs
+        assert recs[0]["data"]["result"] == "ok" and recs[0]["data"]["ms"] >= 0, recs
+        assert recs[2]["data"]["resets"] == 1, recs
+    finally:
+        daemon.delete(sid)
+
+
 def test_every_program_executed_inside_is_recorded_with_argv_and_parent(daemon):
     sid = daemon.session(limits={"memory_mb": 256})
     # A child of a child, started by a shell the exec started: none of them is the

@@ -197,6 +197,11 @@ def test_recovery_after_kill_9(tmp_path):
         status, rec, _ = d.request("GET", f"/v1/sessions/{sid}/execs/{e['id']}")
         assert rec["state"] == "failed" and "restart" in rec["reason"], rec
         assert not session_cgroups()
+        # The end is in the audit too, though the daemon that ran it could not write it.
+        status, page, _ = d.request("GET", f"/v1/audit?session={sid}&kind=session.terminate")
+        assert status == 200, page
+        ends = [r["data"] for r in page["records"]]
+        assert len(ends) == 1 and ends[0]["reason"] == "daemon_restart" and ends[0]["recovered"] is True, ends
     finally:
         d.close()
 

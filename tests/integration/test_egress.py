@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from conftest import CELA  # noqa: F401  (the binary the daemon runs)
+from conftest import CELA, wait_until  # noqa: F401  (CELA: the binary the daemon runs)
 from daemon_util import Daemon
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/var/lib/cela/templates/base"), reason="needs the base template")
@@ -484,8 +484,88 @@ def test_every_attempt_is_recorded(daemon, servers):
         assert [c["at"] for c in page["connections"]] == [c["at"] for c in conns[:2]]
         rest = egress(daemon, sid, limit=2, cursor=page["next_cursor"])
         assert rest["connections"] == conns[2:] and rest["next_cursor"] is None
+        # Each attempt is in the hash-chained audit as well.
+        status, audit, _ = daemon.request("GET", f"/v1/audit?session={sid}&kind=egress.connection")
+        assert status == 200, audit
+        got = [(r["data"]["host"], r["data"]["port"], r["data"]["allowed"]) for r in audit["records"]]
+        assert got == [("allowed.test", hp, True), ("allowed.test", sp, True), ("denied.test", 80, False)], got
     finally:
         daemon.delete(sid)
+
+
+# Holds one connection through the door open while a second one is tried.
+HOLD = r"""
+import socket, sys
+port = int(sys.argv[1])
+first = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+first.sendall(f"CONNECT allowed.test:{port} HTTP/1.1\r\nHost: allowed.test\r\n\r\n".encode())
+print(first.recv(200).split(b"\r\n")[0].decode())
+second = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+second.sendall(f"CONNECT allowed.test:{port} HTTP/1.1\r\nHost: allowed.test\r\n\r\n".encode())
+print(second.recv(200).split(b"\r\n")[0].decode())
+"""
+
+
+# A CONNECT to one host, then a TLS hello naming another (domain fronting).
+FRONT = r"""
+import socket, ssl, sys
+host, port, sni = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+print(s.recv(200).split(b"\r\n")[0].decode())
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+try:
+    t = ctx.wrap_socket(s, server_hostname=sni)
+    print("handshake", t.version())
+except (ssl.SSLError, OSError) as e:
+    print("refused", type(e).__name__)
+"""
+
+
+def test_a_tls_hello_must_name_the_connect_host(daemon, servers):
+    sp = servers.port(servers.https)
+    sid = session(daemon, allow=[f"allowed.test:{sp}"])
+    try:
+        def front(sni):
+            status, r, _ = daemon.request("POST", f"/v1/sessions/{sid}/run",
+                                          {"argv": ["python3", "-c", FRONT, "allowed.test", str(sp), sni],
+                                           "timeout_s": 60})
+            assert status == 200 and r["exit_code"] == 0, r
+            return r["stdout"].splitlines()
+        assert front("allowed.test")[1].startswith("handshake"), "the matching name must pass"
+        assert front("ALLOWED.test.")[1].startswith("handshake"), "case and a final dot do not matter"
+        lines = front("evil.example.com")
+        assert " 200" in lines[0] and lines[1].startswith("refused"), lines
+        last = egress(daemon, sid)["connections"][-1]
+        assert last["verdict"] == "denied" and last["rule"] == "tls server name", last
+        assert "evil.example.com" in last["reason"] and last["bytes_up"] == 0, last
+    finally:
+        daemon.delete(sid)
+
+
+def test_a_connection_cap_hit_is_a_limit_event_of_the_session(servers):
+    d = Daemon(config={"egress": {"allow_cidrs": ["127.0.0.0/8"], "max_connections": 1,
+                                  "hosts": {"allowed.test": ["127.0.0.1"]}}}).start()
+    try:
+        sp = servers.port(servers.https)
+        sid = session(d, allow=[f"allowed.test:{sp}"])
+        status, r, _ = d.request("POST", f"/v1/sessions/{sid}/run",
+                                 {"argv": ["python3", "-c", HOLD, str(sp)], "timeout_s": 60})
+        assert status == 200 and r["exit_code"] == 0, r
+        first, second = r["stdout"].split("\n")[:2]
+        assert " 200" in first and " 429" in second, r
+        assert wait_until(lambda: any(e["kind"] == "egress_connections"
+                                      for e in d.request("GET", f"/v1/sessions/{sid}/metrics")[1]["limit_events"]),
+                          timeout=10)
+        status, audit, _ = d.request("GET", f"/v1/audit?session={sid}&kind=limit.egress_connections")
+        assert status == 200 and len(audit["records"]) == 1, audit
+        status, text, _ = d.request("GET", "/metrics", raw=True)
+        assert b'kind="egress_connections"' in text, text[:2000]
+        d.delete(sid)
+    finally:
+        d.close()
 
 
 def test_bad_network_requests_are_refused(daemon):

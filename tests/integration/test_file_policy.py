@@ -112,7 +112,7 @@ def test_writable_exportable_and_size_caps(daemon):
         names = tarfile.open(fileobj=io.BytesIO(data)).getnames()
         assert "r.txt" in names and "in.txt" not in names, names
         # Every export is recorded: path, size and sha256.
-        st, page, _ = daemon.request("GET", f"/v1/audit?limit=1000&session={sid}&kind=file_exported")
+        st, page, _ = daemon.request("GET", f"/v1/audit?limit=1000&session={sid}&kind=file.exported")
         assert st == 200, page
         records = [r["data"] for r in page["records"]]
         assert any(r["path"] == "/home/user/out/r.txt" and r["size"] == 7 and

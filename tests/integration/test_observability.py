@@ -177,6 +177,20 @@ def test_metrics_move_with_what_the_session_does(daemon):
     assert ended["live"] is False and ended["state"] == "terminated"
 
 
+def test_disk_metrics_agree_with_the_session_record(daemon):
+    """A disk-backed layer counts what reached its image; metrics read the same meter as
+    the session's record, live and after the end."""
+    sid = daemon.session(limits={"memory_mb": 256}, disk={"kind": "disk"})
+    daemon.run(sid, "head -c 6000000 /dev/urandom > /tmp/blob && sync")
+    m = metrics(daemon, sid)
+    status, rec, _ = daemon.request("GET", f"/v1/sessions/{sid}")
+    assert m["disk_written_bytes"] is not None and m["disk_written_bytes"] >= 6_000_000, m
+    assert abs(m["disk_used_bytes"] - rec["disk_used_bytes"]) < 1_000_000, (m, rec)
+    daemon.delete(sid)
+    ended = metrics(daemon, sid)
+    assert ended["disk_written_bytes"] >= m["disk_written_bytes"], ended
+
+
 def test_other_tenant_cannot_read_metrics_or_events(daemon):
     sid = daemon.session(limits={"memory_mb": 256})
     status, t, _ = daemon.request("POST", "/v1/tenants", {"name": f"obs-other-{time.monotonic_ns()}"})

@@ -69,6 +69,10 @@ def test_pip_installs_inside_and_a_second_session_is_served_from_the_cache(world
         rec = [i for i in installs(daemon, sid) if i["verdict"] == "allowed"]
         assert rec and (rec[-1]["name"], rec[-1]["version"], rec[-1]["cache"]) == ("celademo", "1.0", "miss")
         assert rec[-1]["sha256"] == registries.sha256("pypi", "celademo", "1.0")
+        status, audit, _ = daemon.request("GET", f"/v1/audit?session={sid}&kind=package.install")
+        assert status == 200, audit
+        assert any(a["data"]["name"] == "celademo" and a["data"]["version"] == "1.0" and
+                   a["data"]["verdict"] == "allowed" for a in audit["records"]), audit
     finally:
         daemon.delete(sid)
     fetched = registries.count("/files/celademo-1.0")

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tarfile
 import threading
@@ -109,6 +110,9 @@ def test_snapshot_then_a_new_session_sees_the_files(daemon):
         assert snap["parent"].startswith("base@") and snap["source"] == "snapshot"
         assert not snap["shared"] and len(snap["layers"]) == 2
         assert snap["layer_size_bytes"] >= len("hello-snapshot\n")
+        status, audit, _ = daemon.request("GET", f"/v1/audit?session={sid}&kind=session.snapshot")
+        assert status == 200 and [a["data"]["template"] for a in audit["records"]] == [snap["template"]], audit
+        assert audit["records"][0]["data"]["layer_digest"] == snap["layer_digest"], audit
         # The snapshotted session was thawed: it runs on.
         assert run(daemon, sid, "echo alive")["stdout"] == "alive\n"
     finally:
@@ -528,3 +532,78 @@ def test_oci_import_cli_and_refusals(daemon, oci_image, tmp_path):
     assert status == 400 and "no manifest" in err["error"]["message"], err
     status, err, _ = daemon.request("POST", "/v1/templates/import?name=base", oci_image.read_bytes())
     assert status == 403, err
+
+
+def docker_save_tar(path, layer_entries):
+    """A docker save tar with one layer made of `layer_entries` (TarInfo, bytes or None)."""
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w") as lt:
+        for info, data in layer_entries:
+            lt.addfile(info, io.BytesIO(data) if data is not None else None)
+    config = json.dumps({"config": {"Env": ["PATH=/bin"]}, "rootfs": {"type": "layers"}}).encode()
+    manifest = json.dumps([{"Config": "config.json", "Layers": ["l1/layer.tar"]}]).encode()
+    with tarfile.open(path, "w") as tf:
+        for name, data in (("manifest.json", manifest), ("config.json", config), ("l1/layer.tar", layer.getvalue())):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+def entry(name, kind=tarfile.REGTYPE, data=b"", link="", mode=0o644):
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.linkname = kind, mode, link
+    info.size = len(data) if kind == tarfile.REGTYPE else 0
+    return info, (data if kind == tarfile.REGTYPE else None)
+
+
+def test_a_hostile_image_stays_inside_its_layer(daemon, store, tmp_path):
+    """Layer entries that try to leave the layer: `..`, absolute names, a symlink to a
+    host directory written through, a hard link to a host file, a device node. Nothing
+    may appear or change outside the layer; what is refused is refused with 400."""
+    bait = tmp_path / "bait"
+    bait.mkdir()
+    host_file = tmp_path / "host-secret"
+    host_file.write_text("host only\n")
+    escape = f"cela-escape-{os.urandom(4).hex()}"
+    cases = {  # name: (entries, the layer's files when imported: relative path -> content or None)
+        "dotdot": ([entry(f"../../../../../../tmp/{escape}", data=b"x")], None),
+        "absolute": ([entry(f"/tmp/{escape}", data=b"abs")], {f"tmp/{escape}": b"abs"}),
+        # Resolved inside the layer, where the target does not exist: refused.
+        "symlink-through": ([entry("link", tarfile.SYMTYPE, link=str(bait)), entry("link/pwned", data=b"thru")], None),
+        # ... and where it does, written there.
+        "symlink-inside": ([entry(str(bait).lstrip("/"), tarfile.DIRTYPE, mode=0o755),
+                            entry("link", tarfile.SYMTYPE, link=str(bait)), entry("link/pwned", data=b"thru")],
+                           {str(bait).lstrip("/") + "/pwned": b"thru"}),
+        "hardlink-out": ([entry("hl", tarfile.LNKTYPE, link=str(host_file))], None),
+        "hardlink-dotdot": ([entry("hl", tarfile.LNKTYPE, link="../../../../../.." + str(host_file))], None),
+        "device": ([entry("dev/mem2", tarfile.CHRTYPE, mode=0o666), entry("ok", data=b"ok")], {"ok": b"ok"}),
+    }
+    before = os.stat(host_file)
+    digests = set()
+    seen = {p for p in store.glob(".tenants/*/.layers/*") if p.is_dir()}
+    for name, (entries, expect) in cases.items():
+        tar = docker_save_tar(tmp_path / f"{name}.tar", entries)
+        status, body, _ = daemon.request("POST", f"/v1/templates/import?name=hostile-{name}", tar.read_bytes())
+        assert not os.path.exists(f"/tmp/{escape}"), name
+        assert list(bait.iterdir()) == [], name
+        after = os.stat(host_file)
+        assert (after.st_nlink, host_file.read_text()) == (before.st_nlink, "host only\n"), name
+        if expect is None:
+            assert status == 400 and body["error"]["code"] == "invalid_request", (name, body)
+            continue
+        assert status == 201, (name, body)
+        digest = body["layers"][-1]["digest"]
+        assert digest not in digests, (name, "another image's layer was handed out")
+        digests.add(digest)
+        made = {p for p in store.glob(".tenants/*/.layers/*") if p.is_dir()} - seen
+        assert len(made) == 1, (name, made)
+        layer = made.pop()
+        seen.add(layer)
+        files = {}
+        for p in layer.rglob("*"):
+            st = os.lstat(p)
+            assert not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)), (name, p)
+            if stat.S_ISREG(st.st_mode):
+                files[str(p.relative_to(layer))] = p.read_bytes()
+        assert files == expect, (name, files)
