@@ -1,8 +1,8 @@
 // Responder: how a handler answers its one request, now or later, from any thread.
 //
 // Exactly one of json / error / raw / no_content / start_sse / start_chunked /
-// upgrade_websocket takes effect; later calls are ignored (and logged). Every method is thread-safe: it hands
-// the answer to the connection's strand and returns at once.
+// upgrade_websocket takes effect; later calls are ignored (and logged). Every method
+// is thread-safe: it hands the answer to the connection's strand and returns at once.
 //
 // Deferred answers: a handler that cannot answer before returning (it waits for a
 // session, or does blocking work) keeps the responder alive and answers later:
