@@ -108,7 +108,8 @@ void add_template_routes(RouteContext& ctx) {
     if (auto ok = mgr.catalog().writable_name(spec->name); !ok) return res.error(from_error(ok.error()));
     session::BuildRequest request{std::move(*spec), caller.tenant_id, mgr.config().dev_mode && caller.local_root};
     auto job = mgr.builds().start(std::move(request));
-    res.json(202, json::object{{"build_id", job->id()}, {"state", "running"}});
+    if (!job) return res.error(from_error(job.error()));
+    res.json(202, json::object{{"build_id", (*job)->id()}, {"state", "running"}});
   }, upload_options(ctx));
 
   r.add(verb::get, "/v1/templates/builds/{id}", docs::get_template_build, [&](Request& req, Responder& res) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <algorithm>
 #include <boost/json.hpp>
 #include <chrono>
 #include <condition_variable>
@@ -432,10 +433,20 @@ TemplateBuilds::~TemplateBuilds() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::shared_ptr<BuildJob> TemplateBuilds::start(BuildRequest request) {
+Result<std::shared_ptr<BuildJob>> TemplateBuilds::start(BuildRequest request) {
   auto job = std::make_shared<BuildJob>(store::new_id("b"), request.tenant_id, request.spec.name);
   {
     std::lock_guard lock(mu_);
+    if (stop_) return fail(ErrorCode::capacity_exceeded, "the daemon is stopping");
+    if (queue_.size() >= limits_.max_queued)
+      return fail(ErrorCode::capacity_exceeded, std::to_string(queue_.size()) + " template builds are queued (at most " +
+                                                    std::to_string(limits_.max_queued) + "): retry later");
+    size_t& mine = active_[request.tenant_id];
+    if (mine >= limits_.max_per_tenant)
+      return fail(ErrorCode::quota_exceeded, "the tenant has " + std::to_string(mine) +
+                                                 " template builds queued or running (at most " +
+                                                 std::to_string(limits_.max_per_tenant) + ")");
+    ++mine;
     jobs_[job->id()] = job;
     order_.push_back(job->id());
     while (order_.size() > 100) {
@@ -469,8 +480,15 @@ void TemplateBuilds::worker() {
         queue_.clear();
         return;
       }
-      next = std::move(queue_.front());
-      queue_.erase(queue_.begin());
+      // The tenant whose last turn is oldest goes next (a tenant never served first);
+      // within a tenant, its oldest build.
+      auto pick = std::ranges::min_element(queue_, {}, [&](const auto& q) {
+        auto it = last_turn_.find(q.second.tenant_id);
+        return it == last_turn_.end() ? 0 : it->second;
+      });
+      next = std::move(*pick);
+      queue_.erase(pick);
+      last_turn_[next.second.tenant_id] = ++turns_;
     }
     auto& [job, request] = next;
     job->log("building " + request.spec.name + " from " + request.spec.from);
@@ -481,6 +499,8 @@ void TemplateBuilds::worker() {
     std::snprintf(took, sizeof took, "%.2f s", s);
     job->log(result ? std::string("finished in ") + took : "failed after " + std::string(took) + ": " + result.error().message());
     job->finish(result);
+    std::lock_guard lock(mu_);
+    if (auto it = active_.find(request.tenant_id); it != active_.end() && --it->second == 0) active_.erase(it);
   }
 }
 

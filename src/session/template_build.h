@@ -33,6 +33,11 @@ struct BuildLimits {
   uint64_t pids = 512;
   uint64_t disk_mb = 4096;  // the run step's writable layer (fit to memory like a session's)
   uint64_t step_timeout_s = 1800;
+  // Builds a tenant may have queued or running at once (past it: quota_exceeded), and
+  // builds queued in all (past it: capacity_exceeded). Queued builds hold their
+  // request, `copy` archives included, in memory.
+  size_t max_per_tenant = 4;
+  size_t max_queued = 32;
 };
 
 // What a build reports while it runs (any thread: the build's).
@@ -95,14 +100,17 @@ class BuildJob final : public BuildListener {
   std::vector<Follower> followers_;
 };
 
-// The daemon's builds: one build thread, jobs kept in memory (the last 100).
+// The daemon's builds: one build thread, jobs kept in memory (the last 100). The next
+// build is the queued one of the tenant whose last turn is oldest, so one tenant's queue
+// does not hold back another's. Thread-safe: start() and find() from any thread.
 class TemplateBuilds {
  public:
   TemplateBuilds(runtime::Backend& backend, TemplateCatalog catalog, BuildLimits limits);
   ~TemplateBuilds();  // cancels the running build, joins
 
-  // Queues the build; the job is returned at once.
-  std::shared_ptr<BuildJob> start(BuildRequest request);
+  // Queues the build; the job is returned at once. quota_exceeded past the tenant's
+  // max_per_tenant, capacity_exceeded past max_queued.
+  Result<std::shared_ptr<BuildJob>> start(BuildRequest request);
   // not_found for another tenant's build.
   Result<std::shared_ptr<BuildJob>> find(const std::string& tenant_id, const std::string& id) const;
 
@@ -117,6 +125,9 @@ class TemplateBuilds {
   std::vector<std::pair<std::shared_ptr<BuildJob>, BuildRequest>> queue_;
   std::map<std::string, std::shared_ptr<BuildJob>> jobs_;
   std::vector<std::string> order_;
+  std::map<std::string, size_t> active_;     // tenant -> its builds queued or running
+  std::map<std::string, uint64_t> last_turn_;  // tenant -> when its last build started
+  uint64_t turns_ = 0;
   std::atomic<bool> cancel_{false};
   bool stop_ = false;
   std::thread thread_;

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CELA
+from conftest import CELA, wait_until
 from daemon_util import Daemon
 
 BASE = Path("/var/lib/cela/templates/base")
@@ -365,6 +365,42 @@ def test_build_from_steps_streams_its_log_and_runs(daemon):
         assert r["stdout"] == ("built\nhello from copy\nuser\nhi there\n/srv/app\n/srv/app\nhi there\n"), r
     finally:
         daemon.delete(s["id"])
+
+
+def test_builds_are_capped_per_tenant_and_take_turns(daemon, other):
+    """A tenant may queue a few builds, not unbounded ones (each holds its request in
+    daemon memory), and another tenant's build does not wait behind all of them."""
+    token = os.urandom(4).hex()
+
+    def submit(call, i):
+        return call("POST", "/v1/templates", {"name": f"turns-{token}-{i}", "from": "base",
+                                              "steps": [{"run": f"sleep 1; echo {token}-{i}"}]})
+    mine = []
+    for i in range(4):
+        status, b, _ = submit(daemon.request, i)
+        assert status == 202, b
+        mine.append(b["build_id"])
+    status, err, _ = submit(daemon.request, 4)
+    assert status == 429 and err["error"]["code"] == "quota_exceeded", err
+    status, theirs, _ = submit(other, 9)
+    assert status == 202, theirs
+
+    def ended_at(call, bid):
+        def state():
+            st, b, _ = call("GET", f"/v1/templates/builds/{bid}")
+            assert st == 200, b
+            return b
+        assert wait_until(lambda: state()["state"] != "running", timeout=120), state()
+        b = state()
+        assert b["state"] == "succeeded", b
+        return b["ended_at"]
+    ends = [ended_at(daemon.request, b) for b in mine]
+    their_end = ended_at(other, theirs["build_id"])
+    # Theirs ran right after the build that was running, ahead of my other three.
+    assert their_end < ends[2], (their_end, ends)
+    # Mine ended: the cap counts running and queued builds only.
+    status, b, _ = submit(daemon.request, 5)
+    assert status == 202, b
 
 
 def test_a_failing_step_fails_the_build(daemon):
