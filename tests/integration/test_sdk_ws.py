@@ -66,14 +66,18 @@ def test_interactive_exec_stdin_kill_resize_attach(either, session_id):
             assert cat.startswith("e-")
             ws.send_stdin(cat, "hello\n")
             ws.send_stdin(cat, b"\x00bytes\n")
+            ws.resize(cat, 80, 24)
+            seen = b""
             with pytest.raises(cela.Conflict):
-                ws.resize(cat, 80, 24)
                 for ev in ws:  # the refusal arrives as an event carrying the error
+                    if ev.type == "stdout":
+                        seen += ev.data
                     if ev.type == "error":
                         assert ev.exec_id == cat
                         raise ev.error
             ws.close_stdin(cat)
             out, _, rec = events_until_exit(ws, cat)
+            out = seen + out
             assert out == b"hello\n\x00bytes\n" and rec["exit_code"] == 0
             assert ws.offset(cat) == f"{len(out)},0"
 
