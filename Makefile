@@ -9,7 +9,8 @@ JOBS ?= $(shell nproc)
 DEB_PACKAGES := build-essential cmake pkg-config \
   libboost1.81-dev libboost-json1.81-dev libseccomp-dev libcap-dev libssl-dev \
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libsqlite3-dev libarchive-dev \
-  python3 python3-pytest python3-prometheus-client python3-websockets debootstrap bubblewrap ca-certificates nodejs umoci
+  python3 python3-pytest python3-prometheus-client python3-websockets debootstrap bubblewrap ca-certificates nodejs umoci \
+  tmux
 
 .PHONY: deps openapi-deps build test unit serve bench base-template format clean
 

@@ -13,7 +13,7 @@ constexpr std::string_view kTypeNames[] = {"config", "maps",        "rootfs",  "
                                            "ready",  "setup_error", "started", "exec_error", "exited", "unknown"};
 constexpr std::string_view kStepNames[] = {"request", "pipe",    "join cgroup",  "oom score", "setsid",  "stdio",
                                            "rlimit", "capabilities", "set ids", "chdir", "no_new_privs", "seccomp",
-                                           "execve", "unknown"};
+                                           "execve", "pty", "unknown"};
 }  // namespace
 
 std::string_view to_string(MessageType type) { return kTypeNames[static_cast<size_t>(type)]; }
@@ -113,7 +113,8 @@ json::object ExecRequest::to_json() const {
   return {{"type", to_string(MessageType::exec)},   {"id", id},         {"argv", a},
           {"env", e},         {"cwd", cwd},       {"uid", uid},
           {"gid", gid},       {"nofile", nofile}, {"fsize", fsize_bytes},
-          {"no_new_privs", no_new_privs}};
+          {"no_new_privs", no_new_privs}, {"tty", tty},       {"cols", cols},
+          {"rows", rows}};
 }
 
 Result<ExecRequest> ExecRequest::from_json(const json::object& body) {
@@ -128,6 +129,9 @@ Result<ExecRequest> ExecRequest::from_json(const json::object& body) {
     r.nofile = json::value_to<uint64_t>(body.at("nofile"));
     r.fsize_bytes = json::value_to<uint64_t>(body.at("fsize"));
     r.no_new_privs = body.at("no_new_privs").as_bool();
+    if (auto* t = body.if_contains("tty")) r.tty = t->as_bool();
+    if (auto* c = body.if_contains("cols")) r.cols = json::value_to<uint16_t>(*c);
+    if (auto* w = body.if_contains("rows")) r.rows = json::value_to<uint16_t>(*w);
     if (r.argv.empty()) return fail(ErrorCode::invalid_argument, "exec without argv");
     return r;
   } catch (const std::exception& e) {

@@ -9,9 +9,12 @@
 //                maps {} + fds             id maps written: join the cgroups (fds),
 //                                          become ns root, set up namespaces
 //                rootfs {binds} + fds      the overlay and bind mounts to enter
-//                exec {id, argv, env, cwd, uid, gid, nofile, fsize, no_new_privs}
+//                exec {id, argv, env, cwd, uid, gid, nofile, fsize, no_new_privs,
+//                      tty?, cols?, rows?}
 //                     + fds                optional: cgroup files the exec joins
-//                                          by writing "0" (per-exec cgroups)
+//                                          by writing "0" (per-exec cgroups); with
+//                                          tty, the exec runs on a pty of the
+//                                          sandbox's own devpts
 //                signal {id, signal}       signal an exec's process group
 //                shutdown {}               kill everything, exit
 // init -> host:  ready {} [+ fds]          root is assembled, execs can start; with
@@ -19,6 +22,8 @@
 //                                          then with a door_port the door's listening socket
 //                setup_error {step, errno} setup failed; init exits
 //                started {id, pid} + fds [stdin write end, stdout read, stderr read]
+//                                          (a tty exec: [pty master, the same master,
+//                                          an empty pipe's read end])
 //                exec_error {id, step, errno}  the exec did not start (step: ExecStep)
 //                exited {id, status}       wait status of the exec's main process
 //
@@ -52,7 +57,7 @@ MessageType message_type(std::string_view name);
 // The steps an exec can fail at before its execve succeeds, shared by both ends (the
 // host words the failure from the step: ENOENT at execve is "command not found").
 enum class ExecStep { request, pipe, cgroup, oom_score, setsid, stdio, rlimit, caps, ids, chdir, no_new_privs, seccomp,
-                      execve, unknown };
+                      execve, pty, unknown };
 std::string_view to_string(ExecStep step);
 ExecStep exec_step(std::string_view name);
 
@@ -90,6 +95,9 @@ struct ExecRequest {
   uint64_t nofile = 4096;
   uint64_t fsize_bytes = 0;  // RLIMIT_FSIZE; 0 = unlimited
   bool no_new_privs = true;
+  // On a pty (session leader, the pty its controlling terminal, stdio on the slave).
+  bool tty = false;
+  uint16_t cols = 80, rows = 24;
 
   boost::json::object to_json() const;
   static Result<ExecRequest> from_json(const boost::json::object& body);

@@ -6,10 +6,13 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -30,7 +33,8 @@ constexpr int kStepCgroup = static_cast<int>(ExecStep::cgroup), kStepOom = stati
               kStepStdio = static_cast<int>(ExecStep::stdio), kStepRlimit = static_cast<int>(ExecStep::rlimit),
               kStepCaps = static_cast<int>(ExecStep::caps), kStepIds = static_cast<int>(ExecStep::ids),
               kStepChdir = static_cast<int>(ExecStep::chdir), kStepNoNewPrivs = static_cast<int>(ExecStep::no_new_privs),
-              kStepSeccomp = static_cast<int>(ExecStep::seccomp), kStepExecve = static_cast<int>(ExecStep::execve);
+              kStepSeccomp = static_cast<int>(ExecStep::seccomp), kStepExecve = static_cast<int>(ExecStep::execve),
+              kStepPty = static_cast<int>(ExecStep::pty);
 
 [[noreturn]] void exec_failed(int report_fd, int step, int err) {
   ExecFailure f{step, err};
@@ -53,7 +57,8 @@ struct PreparedExec {
   std::vector<std::string> candidates;  // execve paths to try, in PATH order
   std::vector<char*> argv, envp;
   std::vector<int> cgroup_fds;  // `tasks`/`cgroup.procs` files of the exec's cgroups
-  int pipes[3][2];
+  int stdio[3] = {-1, -1, -1};  // the child's pipe ends
+  int tty_slave = -1;           // a tty exec's stdio (then `stdio` is unused)
   int report_fd = -1;
   const std::vector<int>* own_caps = nullptr;  // what the exec holds once it runs
   std::vector<int> loader_caps;                // the same + CAP_SYS_ADMIN, to load seccomp
@@ -146,8 +151,14 @@ std::vector<int> with_seccomp_loader(const std::vector<int>& caps) {
   if (::setsid() < 0) exec_failed(report_fd, kStepSetsid, errno);
   // stdio first: every pipe end is >= 3 (init's 0-2 are /dev/null), so filling 0-2
   // clobbers nothing still needed; only then may fd 3 be overwritten by the report fd.
-  if (::dup2(p.pipes[0][0], 0) < 0 || ::dup2(p.pipes[1][1], 1) < 0 || ::dup2(p.pipes[2][1], 2) < 0)
+  if (p.tty_slave >= 0) {
+    // The new session's controlling terminal; its process group is the foreground one.
+    if (::ioctl(p.tty_slave, TIOCSCTTY, 0) != 0) exec_failed(report_fd, kStepPty, errno);
+    if (::dup2(p.tty_slave, 0) < 0 || ::dup2(p.tty_slave, 1) < 0 || ::dup2(p.tty_slave, 2) < 0)
+      exec_failed(report_fd, kStepStdio, errno);
+  } else if (::dup2(p.stdio[0], 0) < 0 || ::dup2(p.stdio[1], 1) < 0 || ::dup2(p.stdio[2], 2) < 0) {
     exec_failed(report_fd, kStepStdio, errno);
+  }
   if (::dup2(report_fd, 3) < 0 || ::fcntl(3, F_SETFD, FD_CLOEXEC) < 0) exec_failed(report_fd, kStepStdio, errno);
   report_fd = 3;
   ::syscall(SYS_close_range, 4, ~0U, 0);
@@ -195,18 +206,55 @@ std::vector<int> with_seccomp_loader(const std::vector<int>& caps) {
   exec_failed(report_fd, kStepExecve, saved);
 }
 
+// A pty of the sandbox's own devpts (mounted newinstance with max=, agent/rootfs.h):
+// the master for the host, the slave for the exec, owned by the exec's user (mode 0600)
+// like a login's terminal. ENOSPC once the session's ptys are all taken.
+struct Pty {
+  UniqueFd master, slave;
+};
+std::expected<Pty, int> open_pty(const ExecRequest& req) {
+  Pty pty;
+  pty.master = UniqueFd(::open("/dev/pts/ptmx", O_RDWR | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC));
+  if (!pty.master) return std::unexpected(errno);
+  int unlock = 0;
+  if (::ioctl(pty.master.get(), TIOCSPTLCK, &unlock) != 0) return std::unexpected(errno);
+  winsize size{};
+  size.ws_col = req.cols;
+  size.ws_row = req.rows;
+  if (::ioctl(pty.master.get(), TIOCSWINSZ, &size) != 0) return std::unexpected(errno);
+  // The peer of this very master, not a path: nothing inside can swap /dev/pts/N.
+  pty.slave = UniqueFd(::ioctl(pty.master.get(), TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!pty.slave) return std::unexpected(errno);
+  if (::fchown(pty.slave.get(), req.uid, req.gid) != 0 || ::fchmod(pty.slave.get(), 0600) != 0)
+    return std::unexpected(errno);
+  return pty;
+}
+
 }  // namespace
 
 std::expected<Spawned, SpawnFailure> spawn_exec(const ExecRequest& req, const SeccompProgram& seccomp,
                                                 const std::vector<UniqueFd>& cgroup_fds) {
-  int pipes[3][2] = {{-1, -1}, {-1, -1}, {-1, -1}};
-  int report[2] = {-1, -1};
-  if (::pipe2(pipes[0], O_CLOEXEC) || ::pipe2(pipes[1], O_CLOEXEC) || ::pipe2(pipes[2], O_CLOEXEC) ||
-      ::pipe2(report, O_CLOEXEC)) {
-    int err = errno;
-    for (int fd : {pipes[0][0], pipes[0][1], pipes[1][0], pipes[1][1], pipes[2][0], pipes[2][1], report[0], report[1]})
-      if (fd >= 0) ::close(fd);
-    return std::unexpected(SpawnFailure{ExecStep::pipe, err});
+  // Init's ends (for the host) and the child's: three pipes, or a pty whose master
+  // serves as stdin and stdout and an empty pipe standing for stderr.
+  UniqueFd ours[3], theirs[3], report_r, report_w, slave;
+  auto make_pipe = [](UniqueFd& r, UniqueFd& w) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return false;
+    r = UniqueFd(fds[0]);
+    w = UniqueFd(fds[1]);
+    return true;
+  };
+  if (!make_pipe(report_r, report_w)) return std::unexpected(SpawnFailure{ExecStep::pipe, errno});
+  if (req.tty) {
+    auto pty = open_pty(req);
+    if (!pty) return std::unexpected(SpawnFailure{ExecStep::pty, pty.error()});
+    UniqueFd empty_w;
+    ours[1] = UniqueFd(::fcntl(pty->master.get(), F_DUPFD_CLOEXEC, 3));
+    if (!ours[1] || !make_pipe(ours[2], empty_w)) return std::unexpected(SpawnFailure{ExecStep::pipe, errno});
+    ours[0] = std::move(pty->master);
+    slave = std::move(pty->slave);
+  } else if (!make_pipe(theirs[0], ours[0]) || !make_pipe(ours[1], theirs[1]) || !make_pipe(ours[2], theirs[2])) {
+    return std::unexpected(SpawnFailure{ExecStep::pipe, errno});
   }
   PreparedExec prep;
   prep.req = &req;
@@ -217,8 +265,9 @@ std::expected<Spawned, SpawnFailure> spawn_exec(const ExecRequest& req, const Se
   for (auto& e : req.env) prep.envp.push_back(const_cast<char*>(e.c_str()));
   prep.envp.push_back(nullptr);
   for (auto& fd : cgroup_fds) prep.cgroup_fds.push_back(fd.get());
-  std::memcpy(prep.pipes, pipes, sizeof pipes);
-  prep.report_fd = report[1];
+  for (int i = 0; i < 3; ++i) prep.stdio[i] = theirs[i].get();
+  prep.tty_slave = slave.get();
+  prep.report_fd = report_w.get();
   prep.own_caps = &own_capabilities(req);
   prep.loader_caps = with_seccomp_loader(*prep.own_caps);
   // A fork, not CLONE_VM|CLONE_VFORK: the child needs memory of its own to turn
@@ -227,22 +276,21 @@ std::expected<Spawned, SpawnFailure> spawn_exec(const ExecRequest& req, const Se
   pid_t pid = ::fork();
   if (pid == 0) exec_child(prep);
   int clone_errno = errno;
-  ::close(report[1]);
-  ::close(pipes[0][0]);
-  ::close(pipes[1][1]);
-  ::close(pipes[2][1]);
-  Spawned spawned{pid, UniqueFd(pipes[0][1]), UniqueFd(pipes[1][0]), UniqueFd(pipes[2][0])};
+  // Init keeps none of the child's ends: the host sees EOF (or EIO on the pty) once
+  // the exec's processes have closed theirs.
+  report_w.reset();
+  slave.reset();
+  for (auto& fd : theirs) fd.reset();
   ExecFailure failure{-1, 0};
   if (pid > 0) {
     ssize_t n;
-    do n = ::read(report[0], &failure, sizeof failure);
+    do n = ::read(report_r.get(), &failure, sizeof failure);
     while (n < 0 && errno == EINTR);
     if (n != sizeof failure) failure.step = -1;  // EOF: execve succeeded
   } else {
     failure = {kStepExecve, clone_errno};
   }
-  ::close(report[0]);
-  if (failure.step < 0) return spawned;
+  if (failure.step < 0) return Spawned{pid, std::move(ours[0]), std::move(ours[1]), std::move(ours[2])};
   if (pid > 0) ::waitpid(pid, nullptr, 0);
   return std::unexpected(SpawnFailure{static_cast<ExecStep>(failure.step), failure.err});
 }

@@ -1,5 +1,6 @@
 // Starting one exec inside the sandbox, from init's state to the exec's: join the
-// exec's cgroups, leave init's OOM protection, new session, stdio pipes, rlimits,
+// exec's cgroups, leave init's OOM protection, new session, stdio pipes (or, for a
+// tty exec, a pty of the sandbox's devpts as controlling terminal), rlimits,
 // bounding set, ids, the exec's own capabilities (+ the seccomp loader capability
 // without no_new_privs), seccomp, then, with nothing more than the exec will hold,
 // chdir and execve along the exec's own PATH. Runs in init (single-threaded, pid 1 of
@@ -18,7 +19,8 @@
 namespace cela::agent {
 
 // A started exec: its pid (in the sandbox's pid namespace) and init's ends of its
-// stdio pipes, to be passed to the host.
+// stdio pipes, to be passed to the host (a tty exec: the pty master twice, then an
+// empty pipe for stderr).
 struct Spawned {
   pid_t pid = -1;
   UniqueFd stdin_w, stdout_r, stderr_r;

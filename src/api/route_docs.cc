@@ -368,6 +368,16 @@ const RouteDoc kill_exec{
     .errors = {"not_found", "gone"},
 };
 
+const RouteDoc resize_exec{
+    .operation_id = "resizeExec",
+    .tag = "execs",
+    .summary = "Set a tty exec's terminal size (its foreground process group gets SIGWINCH)",
+    .params = {session_id(), exec_id()},
+    .body = {json_body(ref("ResizeRequest"))},
+    .responses = {empty_response(204, "resized")},
+    .errors = {"not_found", "gone", "conflict"},
+};
+
 // ---- files (routes_files.cc) ----
 
 const RouteDoc write_file{

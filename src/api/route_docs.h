@@ -88,6 +88,7 @@ extern const RouteDoc exec_output;
 extern const RouteDoc write_stdin;
 extern const RouteDoc session_ws;  // routes_ws.cc
 extern const RouteDoc kill_exec;
+extern const RouteDoc resize_exec;
 extern const RouteDoc session_egress;
 extern const RouteDoc get_network_ceiling;
 extern const RouteDoc set_network_ceiling;

@@ -273,7 +273,11 @@ json::value exec_request_schema() {
            {"stdin", nullable(string_schema("written to stdin first"))},
            {"stdin_open", boolean_schema("keep stdin open after `stdin` (write with .../stdin)")},
            {"user", enum_schema({"user", "root"}, "default user")},
-           {"tty", boolean_schema("only false: terminals are not available yet")}})
+           {"tty", boolean_schema("run on a pty of the session's own devpts (a new session with the pty "
+                                  "as controlling terminal, TERM=xterm-256color unless `env` sets TERM); "
+                                  "output is one stream (stdout), stdin goes to the terminal")},
+           {"cols", bounded(integer_schema("with tty: terminal columns, default 80"), 1, 1000)},
+           {"rows", bounded(integer_schema("with tty: terminal rows, default 24"), 1, 1000)}})
           .as_object();
   o["oneOf"] = json::array{json::object{{"required", json::array{"argv"}}},
                            json::object{{"required", json::array{"cmd"}}}};
@@ -466,6 +470,9 @@ const json::object& component_schemas() {
          {"encoding", enum_schema({"base64"}, "present when either stream is not UTF-8")},
          {"output_truncated", boolean_schema()}},
         {"stdout", "stderr", "output_truncated"});
+    s["ResizeRequest"] = object_schema({{"cols", bounded(integer_schema("terminal columns"), 1, 1000)},
+                                        {"rows", bounded(integer_schema("terminal rows"), 1, 1000)}},
+                                       {"cols", "rows"});
     s["KillRequest"] = object_schema(
         {{"signal",
           enum_schema({"SIGTERM", "SIGKILL", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"},

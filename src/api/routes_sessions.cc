@@ -298,6 +298,19 @@ void add_session_routes(RouteContext& ctx) {
         },
         upload_options(ctx));
 
+  r.add(verb::post, "/v1/sessions/{id}/execs/{eid}/resize", docs::resize_exec, [&](Request& req, Responder& res) {
+    auto body = body_object(req);
+    if (!body) return res.error(body.error());
+    auto size = parse_resize(*body);
+    if (!size) return res.error(size.error());
+    std::string id(req.param("id")), eid(req.param("eid"));
+    mgr.resize_exec(caller_of(req), id, eid, size->first, size->second,
+                    [r = res.shared_from_this(), id, eid](Result<void> done) {
+                      if (!done) return r->error(from_error(done.error()).with_session(id).with_exec(eid));
+                      r->no_content();
+                    });
+  });
+
   r.add(verb::post, "/v1/sessions/{id}/execs/{eid}/kill", docs::kill_exec, [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());

@@ -280,9 +280,31 @@ Result<session::CreateSessionSpec> parse_create_session(const json::object& body
   return s;
 }
 
+namespace {
+constexpr int64_t kMaxTerminalSide = 1000;
+
+// `cols` and `rows` of a terminal (80x24 when optional and absent).
+Result<std::pair<uint16_t, uint16_t>> parse_terminal_size(const JsonFields& f, bool optional) {
+  std::pair<uint16_t, uint16_t> size{80, 24};
+  for (auto [name, out] : {std::pair{"cols", &size.first}, std::pair{"rows", &size.second}}) {
+    auto n = f.integer(name);
+    if (!n) return std::unexpected(n.error());
+    if (!*n) {
+      if (optional) continue;
+      return std::unexpected(f.invalid(name, "is required"));
+    }
+    if (**n < 1 || **n > kMaxTerminalSide)
+      return std::unexpected(f.invalid(name, "must be an integer from 1 to " + std::to_string(kMaxTerminalSide)));
+    *out = static_cast<uint16_t>(**n);
+  }
+  return size;
+}
+}  // namespace
+
 Result<session::ExecSpec> parse_exec(const json::object& body, const session::DaemonConfig& c) {
   JsonFields f(body);
-  if (auto ok = f.only({"argv", "cmd", "cwd", "env", "timeout_s", "stdin", "stdin_open", "user", "tty"}); !ok)
+  if (auto ok = f.only({"argv", "cmd", "cwd", "env", "timeout_s", "stdin", "stdin_open", "user", "tty", "cols", "rows"});
+      !ok)
     return std::unexpected(ok.error());
   session::ExecSpec s;
   auto argv = f.string_array("argv");
@@ -333,8 +355,18 @@ Result<session::ExecSpec> parse_exec(const json::object& body, const session::Da
   s.stdin_open = open->value_or(false);
   auto tty = f.boolean("tty");
   if (!tty) return std::unexpected(tty.error());
-  if (tty->value_or(false)) return std::unexpected(Error{ErrorCode::invalid_argument, 0, "`tty` execs are not available yet"});
+  s.tty = tty->value_or(false);
+  auto size = parse_terminal_size(f, true);
+  if (!size) return std::unexpected(size.error());
+  s.cols = size->first;
+  s.rows = size->second;
   return s;
+}
+
+Result<std::pair<uint16_t, uint16_t>> parse_resize(const json::object& body) {
+  JsonFields f(body);
+  if (auto ok = f.only({"cols", "rows"}); !ok) return std::unexpected(ok.error());
+  return parse_terminal_size(f, false);
 }
 
 Result<session::KillSpec> parse_kill(const json::object& body) {

@@ -17,6 +17,8 @@ Result<session::CreateSessionSpec> parse_create_session(const boost::json::objec
                                                            const session::DaemonConfig& config);
 Result<session::ExecSpec> parse_exec(const boost::json::object& body, const session::DaemonConfig& config);
 Result<session::KillSpec> parse_kill(const boost::json::object& body);
+// POST …/execs/{eid}/resize: {cols, rows}, each 1..1000.
+Result<std::pair<uint16_t, uint16_t>> parse_resize(const boost::json::object& body);
 Result<session::PatchSpec> parse_patch(const boost::json::object& body);
 
 }  // namespace cela::api

@@ -10,6 +10,7 @@
 #include "cli/client_common.h"
 #include "cli/cp_cmd.h"
 #include "cli/exec_cmd.h"
+#include "cli/shell_cmd.h"
 
 namespace cela::cli {
 namespace {
@@ -138,6 +139,7 @@ void add_client_commands(CLI::App& app, int& exit_code) {
   r->callback([rm, &exit_code] { exit_code = session_rm(rm->conn, rm->a); });
 
   add_exec_commands(app, exit_code);
+  add_shell_command(app, exit_code);
   add_cp_command(app, exit_code);
 }
 

@@ -29,6 +29,7 @@ using Clock = std::chrono::steady_clock;
 // and how much longer we wait for its end before giving up on the daemon.
 constexpr double kKillGraceS = 2.0;
 constexpr auto kEndAfterKill = std::chrono::seconds(8);
+}  // namespace
 
 std::string exec_path(const std::string& sid, const std::string& eid) {
   return session_path(sid) + "/execs/" + client::url_encode(eid);
@@ -126,20 +127,17 @@ void forward_stdin(const Client& c, const std::string& target, int stop_fd) {
   }
 }
 
-// A thread that signals an eventfd when its work is done, so that the main thread can
-// wait for it and for signals in one poll.
-struct Notifier {
-  UniqueFd fd{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
-  void notify() const {
-    uint64_t one = 1;
-    (void)!::write(fd.get(), &one, sizeof one);
-  }
-};
+void Notifier::notify() const {
+  uint64_t one = 1;
+  (void)!::write(fd.get(), &one, sizeof one);
+}
 
 std::string signal_name(int sig) {
   const char* abbrev = ::sigabbrev_np(sig);
   return abbrev ? std::string("SIG") + abbrev : "SIGTERM";
 }
+
+namespace {
 
 // Waits until `done_fd` is readable (the output stream reached the exec's end),
 // turning stop signals into kills: the first is forwarded to the exec (SIGKILL after

@@ -12,6 +12,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/json.hpp>
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <chrono>
@@ -20,6 +21,7 @@
 #include <optional>
 #include <thread>
 
+#include "cli/raw_terminal.h"
 #include "cli/sandbox_output.h"
 #include "cli/stop_signals.h"
 #include "common/units.h"
@@ -51,6 +53,8 @@ struct RunOptions {
   bool allow_sudo = false;
   bool no_allow_sudo = false;
   bool raw = false;
+  bool tty = false;          // -t: on a pty, our terminal in raw mode
+  bool interactive = false;  // -i: stdin is forwarded anyway; accepted as docker's
   std::string templates_dir = "/var/lib/cela/templates";
   std::vector<std::string> command;
 };
@@ -99,6 +103,11 @@ Result<Plan> make_plan(const RunOptions& o, const rootfs::Template& tmpl) {
   if (o.allow_sudo || o.no_allow_sudo) asked = o.allow_sudo;
   in.allow_sudo = session::sudo_allowed(tmpl, asked);
   in.fsize_bytes = *disk;
+  in.tty = o.tty;
+  if (auto size = terminal_size(1) ? terminal_size(1) : terminal_size(0)) {
+    in.cols = std::min<uint16_t>(size->first, 1000);
+    in.rows = std::min<uint16_t>(size->second, 1000);
+  }
   for (const auto& kv : o.env) {
     auto eq = kv.find('=');
     if (eq == std::string::npos || eq == 0)
@@ -237,8 +246,12 @@ class StdinForward {
 class Supervisor final : public runtime::ExecListener {
  public:
   Supervisor(asio::io_context& reactor, const RunOptions& o, const Plan& plan, SandboxOutput& out,
-             SandboxOutput& err, UniqueFd& signal_fd, RunObservation& obs)
-      : reactor_(reactor), o_(o), out_(out), err_(err), obs_(obs), timer_(reactor), signals_(reactor) {
+             SandboxOutput& err, UniqueFd& signal_fd, const UniqueFd& winch_fd, RunObservation& obs)
+      : reactor_(reactor), o_(o), out_(out), err_(err), obs_(obs), timer_(reactor), signals_(reactor), winch_(reactor) {
+    if (winch_fd) {
+      winch_.assign(::fcntl(winch_fd.get(), F_DUPFD_CLOEXEC, 3));
+      watch_winch();
+    }
     timer_.expires_after(std::chrono::milliseconds(plan.timeout_ms));
     timer_.async_wait([this](boost::system::error_code ec) {
       if (ec || ended_) return;
@@ -322,6 +335,7 @@ class Supervisor final : public runtime::ExecListener {
     timer_.cancel();
     boost::system::error_code ignored;
     signals_.close(ignored);
+    winch_.close(ignored);
     timer_.expires_after(std::chrono::seconds(5));
     timer_.async_wait([this](boost::system::error_code ec) {
       if (!ec) reactor_.stop();
@@ -333,12 +347,25 @@ class Supervisor final : public runtime::ExecListener {
     if (ended_ && streams_open_ == 0) reactor_.stop();
   }
 
+  // Our terminal changed size: so does the command's.
+  void watch_winch() {
+    winch_.async_wait(asio::posix::stream_descriptor::wait_read, [this](boost::system::error_code ec) {
+      if (ec || ended_) return;
+      signalfd_siginfo si{};
+      while (::read(winch_.native_handle(), &si, sizeof si) == sizeof si) {
+      }
+      if (auto size = terminal_size(1) ? terminal_size(1) : terminal_size(0); size && exec_)
+        (void)exec_->resize(std::min<uint16_t>(size->first, 1000), std::min<uint16_t>(size->second, 1000));
+      watch_winch();
+    });
+  }
+
   asio::io_context& reactor_;
   const RunOptions& o_;
   SandboxOutput &out_, &err_;
   RunObservation& obs_;
   asio::steady_timer timer_;
-  asio::posix::stream_descriptor signals_;
+  asio::posix::stream_descriptor signals_, winch_;
   // The exec goes first: its stdin queue's completions, run as it is dropped, still
   // find the forwarder.
   std::unique_ptr<StdinForward> input_;
@@ -386,6 +413,7 @@ int run(const RunOptions& o) {
 
   // Blocked before clone, so the sandbox never runs our handlers.
   UniqueFd signal_fd = block_stop_signals();
+  UniqueFd winch_fd = o.tty ? block_winch() : UniqueFd();
   RunObservation obs;
   obs.timeout_ms = plan->timeout_ms;
   obs.limits = plan->spec.limits;
@@ -410,9 +438,14 @@ int run(const RunOptions& o) {
     }
     uint64_t duration_ms = 0;
     if (instance) {
-      SandboxOutput out(out_fd, o.raw), err(err_fd, o.raw);
+      // A terminal gets the command's terminal output as it is: the command drives it.
+      SandboxOutput out(out_fd, o.raw || o.tty), err(err_fd, o.raw || o.tty);
       {
-        Supervisor supervisor(reactor, o, *plan, out, err, signal_fd, obs);
+        // Raw until the command has ended (the stop signals are read from signalfds,
+        // so this scope is left normally on them too).
+        std::optional<RawTerminal> raw_mode;
+        if (o.tty) raw_mode.emplace(0);
+        Supervisor supervisor(reactor, o, *plan, out, err, signal_fd, winch_fd, obs);
         if (supervisor.start(*instance, plan->process)) reactor.run();
         duration_ms = supervisor.duration_ms();
         if (auto st = supervisor.stats()) obs.stats = *st;
@@ -456,6 +489,10 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--raw", opts->raw,
                 "Pass the command's output to a terminal unchanged (by default control sequences are "
                 "shown escaped, e.g. \\x1b; pipes and files always get the exact bytes)");
+  cmd->add_flag("-t,--tty", opts->tty,
+                "Run the command on a terminal (TERM=xterm-256color, our window size, resized with it); this "
+                "terminal is in raw mode until it ends, so Ctrl-C goes to the command");
+  cmd->add_flag("-i,--interactive", opts->interactive, "Accepted as with docker run -it: stdin is always forwarded");
   cmd->add_flag("--allow-sudo", opts->allow_sudo,
                 "Turn no_new_privs off so setuid (sudo) reaches user-namespace root (default: as the template says)");
   cmd->add_flag("--no-allow-sudo", opts->no_allow_sudo, "Keep no_new_privs on even if the template ships sudo");

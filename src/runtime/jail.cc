@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/ioctl.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
@@ -34,8 +36,8 @@ using Descriptor = asio::posix::stream_descriptor;
 // One exec of a jail: its cgroup, stdin writer and the two output readers.
 class JailExec final : public Exec {
  public:
-  JailExec(asio::io_context& reactor, std::unique_ptr<jail::Cgroup> cgroup, ExecListener& listener)
-      : reactor_(reactor), cgroup_(std::move(cgroup)), listener_(listener) {}
+  JailExec(asio::io_context& reactor, std::unique_ptr<jail::Cgroup> cgroup, ExecListener& listener, bool tty)
+      : reactor_(reactor), cgroup_(std::move(cgroup)), listener_(listener), tty_(tty) {}
   ~JailExec() override {
     stop_output();
     drop_stdin(Error{ErrorCode::gone, 0, "the exec has ended"});
@@ -43,6 +45,8 @@ class JailExec final : public Exec {
   }
 
   void started(UniqueFd in, UniqueFd out, UniqueFd err) {
+    // A tty exec's stdin is the pty master: a copy of it outlives close_stdin, for resize.
+    if (tty_) master_ = UniqueFd(::fcntl(in.get(), F_DUPFD_CLOEXEC, 3));
     stdin_ = std::make_unique<Descriptor>(reactor_, in.release());
     stdin_->non_blocking(true);
     read(Stream::stdout_stream, std::move(out));
@@ -85,6 +89,21 @@ class JailExec final : public Exec {
   void stop_output() override {
     for (auto& d : readers_)
       if (d) d->cancel(), d.reset();
+    if (tty_) {
+      // Every copy of the master goes: the pty returns to the session's devpts (max=).
+      drop_stdin(Error{ErrorCode::gone, 0, "the exec has ended"});
+      stdin_.reset();
+      master_.reset();
+    }
+  }
+  Result<void> resize(uint16_t cols, uint16_t rows) override {
+    if (!tty_) return fail(ErrorCode::conflict, "the exec has no tty");
+    if (!master_) return fail(ErrorCode::conflict, "the exec's tty is not open");
+    winsize size{};
+    size.ws_col = cols;
+    size.ws_row = rows;
+    if (::ioctl(master_.get(), TIOCSWINSZ, &size) != 0) return sys_fail("resize the exec's tty");
+    return {};
   }
   bool release_if_empty() override {
     if (!cgroup_) return true;
@@ -170,6 +189,8 @@ class JailExec final : public Exec {
   asio::io_context& reactor_;
   std::unique_ptr<jail::Cgroup> cgroup_;
   ExecListener& listener_;
+  bool tty_;
+  UniqueFd master_;  // a tty exec's pty master, for resize
   std::unique_ptr<Descriptor> stdin_;
   std::unique_ptr<Descriptor> readers_[2];
   std::deque<Pending> queue_;
@@ -254,7 +275,7 @@ class JailInstance final : public Instance {
     for (auto& fd : *join) fds.push_back(fd.get());
     agent::ExecRequest req = to_exec_request(spec);
     req.id = id;
-    auto e = std::make_unique<JailExec>(*reactor_, std::move(*cg), listener);
+    auto e = std::make_unique<JailExec>(*reactor_, std::move(*cg), listener, spec.tty);
     if (auto sent = sandbox_->send_exec(req, fds); !sent) return std::unexpected(sent.error());
     execs_[id] = {e.get(), &listener};
     return std::unique_ptr<Exec>(new ExecHandle(std::move(e), *this, id));
@@ -360,6 +381,7 @@ class JailInstance final : public Instance {
     Result<void> kill_tree() override { return e_->kill_tree(); }
     Result<jail::CgroupStats> stats() const override { return e_->stats(); }
     void stop_output() override { e_->stop_output(); }
+    Result<void> resize(uint16_t cols, uint16_t rows) override { return e_->resize(cols, rows); }
     bool release_if_empty() override { return e_->release_if_empty(); }
 
    private:
@@ -602,6 +624,9 @@ agent::ExecRequest to_exec_request(const ProcessSpec& spec) {
   req.nofile = spec.nofile;
   req.fsize_bytes = spec.fsize_bytes;
   req.no_new_privs = spec.no_new_privs;
+  req.tty = spec.tty;
+  req.cols = spec.cols;
+  req.rows = spec.rows;
   return req;
 }
 

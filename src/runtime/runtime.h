@@ -66,6 +66,11 @@ struct ProcessSpec {
   uint64_t nofile = 4096;
   uint64_t fsize_bytes = 0;  // RLIMIT_FSIZE; 0 = unlimited
   bool no_new_privs = true;
+  // On a pty of the sandbox's own devpts: the process leads a new session with the pty
+  // as its controlling terminal; its output is one stream (stdout), stdin goes to the
+  // terminal (so ^C reaches the foreground process group), stderr stays empty.
+  bool tty = false;
+  uint16_t cols = 80, rows = 24;
 };
 
 enum class Stream { stdout_stream, stderr_stream };
@@ -126,6 +131,9 @@ class Exec {
   virtual Result<jail::CgroupStats> stats() const = 0;
   // Stops reading output (both streams end now).
   virtual void stop_output() = 0;
+  // A tty exec's terminal size (the kernel sends the foreground process group
+  // SIGWINCH); conflict for an exec without a tty.
+  virtual Result<void> resize(uint16_t cols, uint16_t rows) = 0;
   // Removes the exec's accounting once none of its processes is left; true if removed.
   virtual bool release_if_empty() = 0;
 };

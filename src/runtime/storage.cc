@@ -6,8 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "common/fs.h"
@@ -69,7 +71,15 @@ Disk::Released Disk::release() {
   loop_.fd.reset();
   file_.reset();  // unlinked since it was made: its blocks are freed with the binding
   r.image_removed = true;
+  // The device is unbound once nothing holds the filesystem: a descriptor of the layer
+  // still open on another thread (the audit's files-written walk, a snapshot copy) keeps
+  // it until that thread closes it. Wait a little for that rather than report (and
+  // ledger) a device that is about to go.
   r.loop_detached = jail::loop_released(loop_.number, loop_.backing_dev, loop_.backing_ino);
+  for (int ms = 1; !r.loop_detached && ms <= 512; ms *= 2) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    r.loop_detached = jail::loop_released(loop_.number, loop_.backing_dev, loop_.backing_ino);
+  }
   if (r.loop_detached && ledger_) ledger_->forget(loop_.number, loop_.backing_dev, loop_.backing_ino);
   released_ = r;
   return r;

@@ -110,6 +110,9 @@ void SessionManager::start_exec(const Caller& caller, const std::string& session
     in.allow_sudo = s.allow_sudo;
     in.fsize_bytes = s.limits.disk_mb << 20;
     in.nofile = config_.exec_nofile;
+    in.tty = spec.tty;
+    in.cols = spec.cols;
+    in.rows = spec.rows;
     auto process = process_spec(s.tmpl.user, in);
     wipe_env(in.base_env);
     if (!process) return done(std::unexpected(process.error()));
@@ -391,6 +394,19 @@ void SessionManager::kill_exec(const Caller& caller, const std::string& session_
       });
     }
     done(e->snapshot());
+  });
+}
+
+void SessionManager::resize_exec(const Caller& caller, const std::string& session_id, const std::string& exec_id,
+                                 uint16_t cols, uint16_t rows, Done<void> done) {
+  on_reactor([=, this, done = std::move(done)] {
+    auto found = find_exec(caller, session_id, exec_id);
+    if (!found) return done(std::unexpected(found.error()));
+    std::shared_ptr<ExecState> e = *found;
+    if (e->finished || !e->exec) return done(fail(ErrorCode::conflict, "exec " + exec_id + " has ended"));
+    // A paused session's processes take the SIGWINCH once thawed: no need to wait here.
+    if (auto r = e->exec->resize(cols, rows); !r) return done(std::unexpected(r.error()));
+    done({});
   });
 }
 

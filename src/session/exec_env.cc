@@ -22,8 +22,14 @@ Result<runtime::ProcessSpec> process_spec(const rootfs::TemplateUser& account, c
   p.fsize_bytes = in.fsize_bytes;
   p.nofile = nofile_grant(in.nofile);
   p.no_new_privs = !in.allow_sudo;
+  p.tty = in.tty;
+  p.cols = in.cols;
+  p.rows = in.rows;
   p.env = {kDefaultPath, "HOME=" + id.home, "USER=" + id.name, "LOGNAME=" + id.name, "LANG=C.UTF-8", "TERM=dumb"};
-  for (const auto* list : {&in.base_env, &in.env}) {
+  // A terminal's TERM is the exec's own choice only: the session's (meant for pipes)
+  // does not apply to it.
+  const std::vector<std::string> tty_term = {"TERM=xterm-256color"}, none;
+  for (const auto* list : {&in.base_env, in.tty ? &tty_term : &none, &in.env}) {
     for (const auto& kv : *list) {
       auto eq = kv.find('=');
       if (eq == std::string::npos || eq == 0 || kv.find('\0') != std::string::npos)

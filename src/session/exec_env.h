@@ -25,6 +25,8 @@ struct ExecEnvInput {
   bool allow_sudo = false;            // no_new_privs off (setuid sudo works)
   uint64_t fsize_bytes = 0;
   uint64_t nofile = 4096;  // RLIMIT_NOFILE asked for; granted at most this process's hard limit
+  bool tty = false;        // on a pty of cols x rows (runtime::ProcessSpec::tty)
+  uint16_t cols = 80, rows = 24;
 };
 
 // The user an exec runs as: the template's account, or root.
@@ -39,7 +41,7 @@ Identity identity_for(const rootfs::TemplateUser& account, ExecUser user);
 // inherited that hard limit and cannot raise it, so asking for more would only fail the
 // exec (common/nofile.h).
 // The environment is clean: PATH, HOME, USER, LOGNAME, LANG=C.UTF-8, TERM=dumb, then
-// base_env, then env (a later K replaces an earlier one). invalid_argument for a
+// base_env, then (tty) TERM=xterm-256color, then env (a later K replaces an earlier one). invalid_argument for a
 // malformed "K=V".
 Result<runtime::ProcessSpec> process_spec(const rootfs::TemplateUser& account, const ExecEnvInput& in);
 

@@ -24,8 +24,10 @@ void classify_exec(const ExecObservation& o, store::ExecRecord& r) {
     const auto& f = *o.start_failure;
     bool exec_step = f.step == runtime::ExecStep::execve;
     bool missing = exec_step && (f.err == ENOENT || f.err == ENOTDIR);
+    bool no_pty = f.step == runtime::ExecStep::pty && f.err == ENOSPC;
     obs.failure = missing     ? "command not found: " + o.command
                   : exec_step ? "cannot execute " + o.command
+                  : no_pty    ? "no terminal left: every pty of this session is in use"
                               : "cannot start the command (" + std::string(runtime::to_string(f.step)) + ")";
     obs.failure_errno = missing ? 0 : f.err;
     obs.failure_exit_code = exec_step ? (missing ? runtime::kExitNotFound : runtime::kExitCannotExec) : runtime::kExitFailed;

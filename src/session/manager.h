@@ -137,12 +137,13 @@ class SessionManager {
   // read gets request_timeout after DaemonConfig::stdin_timeout, the rest dropped).
   void write_stdin(const Caller& caller, const std::string& session_id, const std::string& exec_id, std::string data,
                    bool close, Done<void> done);
+  // A tty exec's terminal size (SIGWINCH to its foreground process group); conflict
+  // for an exec without a tty or one that has ended.
+  void resize_exec(const Caller& caller, const std::string& session_id, const std::string& exec_id, uint16_t cols,
+                   uint16_t rows, Done<void> done);
   // `signal` to the exec's whole tree, SIGKILL after `grace`.
   void kill_exec(const Caller& caller, const std::string& session_id, const std::string& exec_id, KillSpec spec,
                  Done<store::ExecRecord> done);
-  // The terminal size of a PTY exec (conflict for an exec that is not a terminal).
-  void resize_exec(const Caller& caller, const std::string& session_id, const std::string& exec_id, uint16_t cols,
-                   uint16_t rows, Done<void> done);
   // start_exec, then completes when the exec has ended: the record, and the output
   // when it is small (else the caller reads it with exec_output).
   void run(const Caller& caller, const std::string& session_id, ExecSpec spec, Done<RunOutcome> done);

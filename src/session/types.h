@@ -100,6 +100,8 @@ struct ExecSpec {
   std::optional<uint64_t> timeout_ms;
   std::string stdin_text;
   bool stdin_open = false;  // keep stdin open after stdin_text (POST …/stdin writes)
+  bool tty = false;         // on a pty of cols x rows: output is one stream (stdout)
+  uint16_t cols = 80, rows = 24;
 };
 
 struct KillSpec {

@@ -112,11 +112,11 @@ def test_every_client_message_type(daemon, sid):
             await s.send(type="stdin", exec=cat, data=b64(b"hello\n"))
             await s.until(lambda m: s.out.get(cat) == b"hello\n")
             assert s.offsets[cat] == "6,0"
-            # resize: every exec here is a pipe exec, not a terminal.
+            # resize: this is a pipe exec, not a terminal.
             await s.send(type="resize", exec=cat, cols=100, rows=40)
             m = await s.until(lambda m: m["type"] == "error")
             assert m["exec"] == cat and m["error"]["code"] == "conflict", m
-            assert "not a terminal" in m["error"]["message"]
+            assert "tty" in m["error"]["message"], m
             await s.send(type="close_stdin", exec=cat)
             m = await s.until(lambda m: m["type"] == "exit" and m["exec"] == cat)
             assert m["record"]["exit_code"] == 0 and m["record"]["state"] == "exited", m
