@@ -54,6 +54,7 @@ serve: build base-template
 bench: build
 	/usr/bin/python3 bench/spawn.py --cela $(BUILD_DIR)/cela
 	/usr/bin/python3 bench/daemon.py --cela $(BUILD_DIR)/cela
+	/usr/bin/python3 bench/ws.py --cela $(BUILD_DIR)/cela
 	/usr/bin/python3 bench/redaction.py --bench $(BUILD_DIR)/bench/cela_redaction_bench
 
 format:

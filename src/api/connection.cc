@@ -19,6 +19,7 @@
 #include "api/responder.h"
 #include "api/server_core.h"
 #include "api/stream_channel.h"
+#include "api/ws_session.h"
 #include "obs/catalog.h"
 
 namespace cela::api::detail {
@@ -288,6 +289,10 @@ void Connection::relay(std::shared_ptr<Relay> relay) {
 void Connection::accept_body(std::shared_ptr<BodySink> sink) {
   if (core_.stopping.load()) return sink->abort(ApiError::capacity_exceeded("the server is stopping"));
   post([sink = std::move(sink)](Connection& c) mutable { c.start_body(std::move(sink)); });
+}
+
+void Connection::upgrade_websocket(std::shared_ptr<WebSocketHandler> handler) {
+  post([handler = std::move(handler)](Connection& c) mutable { c.start_websocket(std::move(handler)); });
 }
 
 void Connection::log(std::string_view line) const {
@@ -780,6 +785,18 @@ void Connection::end_relay(RelayEnd end) {
   read_next_request();
 }
 
+// ---- WebSocket
+
+void Connection::start_websocket(std::shared_ptr<WebSocketHandler> handler) {
+  if (closed_) return;
+  if (!parser_ || !boost::beast::websocket::is_upgrade(parser_->get()))
+    return reject(ApiError::invalid_request("this endpoint takes a WebSocket upgrade (GET with Upgrade: websocket)"));
+  // The key's request slot stays held until the socket closes (finish()).
+  auto ws = std::make_shared<WsSession>(core_, shared_from_this(), socket_, std::move(handler));
+  ws_ = ws;
+  ws->start(parser_->get(), request_id_, [self = shared_from_this()](int status) { self->log_access(status); });
+}
+
 // ---- closing
 
 void Connection::graceful_close() {
@@ -806,6 +823,7 @@ void Connection::finish() {
   }
   if (sink_) abort_body(ApiError::invalid_request("the client went away"));
   if (auto relay = std::move(relay_)) relay->abort();
+  if (auto ws = ws_.lock()) ws->shutdown();
   request_slot_.reset();
   slot_.reset();
   // Drops the registry's reference; the handler running this holds another.

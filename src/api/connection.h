@@ -36,11 +36,13 @@
 #include "api/relay.h"
 #include "api/request.h"
 #include "api/router.h"
+#include "api/websocket.h"
 
 namespace cela::api::detail {
 
 struct ServerCore;
 class StreamChannel;
+class WsSession;
 
 using Socket = boost::asio::generic::stream_protocol::socket;
 using StringResponse = http::response<http::string_body>;
@@ -77,6 +79,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void relay(std::shared_ptr<Relay> relay);
   // A streamed route's body goes to `sink` (api/body_sink.h).
   void accept_body(std::shared_ptr<BodySink> sink);
+  // The request becomes a WebSocket spoken by `handler` (api/websocket.h); a request
+  // that is not a WebSocket upgrade is answered 400.
+  void upgrade_websocket(std::shared_ptr<WebSocketHandler> handler);
   bool is_closed() const { return closed_.load(); }
   void log(std::string_view line) const;
 
@@ -123,6 +128,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Relays (api/relay.h).
   void start_relay(std::shared_ptr<Relay> relay);
   void end_relay(RelayEnd end);
+  // WebSocket (api/ws_session.h ends the connection through finish()).
+  friend class WsSession;
+  void start_websocket(std::shared_ptr<WebSocketHandler> handler);
 
   // Closing.
   void graceful_close();
@@ -186,6 +194,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::string stream_out_;
 
   std::shared_ptr<Relay> relay_;  // the relay in progress
+  std::weak_ptr<WsSession> ws_;  // once upgraded
 
   bool peer_reading_ = false;
   std::array<char, 1024> scratch_{};

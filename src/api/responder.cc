@@ -89,6 +89,11 @@ void Responder::relay(std::shared_ptr<Relay> relay) {
   else relay->abort();
 }
 
+void Responder::upgrade_websocket(std::shared_ptr<WebSocketHandler> handler) {
+  if (!claim("upgrade_websocket")) return;
+  if (auto c = connection_.lock()) c->upgrade_websocket(std::move(handler));
+}
+
 void Responder::no_content(Headers extra) {
   raw(204, {}, {}, std::move(extra));
 }

@@ -1,8 +1,8 @@
 // Responder: how a handler answers its one request, now or later, from any thread.
 //
-// Exactly one of json / error / raw / no_content / start_sse / start_chunked takes
-// effect; later calls are ignored (and logged). Every method is thread-safe: it hands
-// the answer to the connection's strand and returns at once.
+// Exactly one of json / error / raw / no_content / start_sse / start_chunked /
+// upgrade_websocket takes effect; later calls are ignored (and logged). Every method
+// is thread-safe: it hands the answer to the connection's strand and returns at once.
 //
 // Deferred answers: a handler that cannot answer before returning (it waits for a
 // session, or does blocking work) keeps the responder alive and answers later:
@@ -33,6 +33,7 @@
 #include "api/relay.h"
 #include "api/request.h"
 #include "api/stream.h"
+#include "api/websocket.h"
 
 namespace cela::api {
 
@@ -77,6 +78,9 @@ class Responder : public std::enable_shared_from_this<Responder> {
   // Streamed routes only (api/relay.h): `relay` reads the rest of the request and
   // answers it itself. Counts as the answer.
   void relay(std::shared_ptr<Relay> relay);
+  // 101: the request becomes a WebSocket spoken by `handler` (api/websocket.h); a
+  // request that is not a WebSocket upgrade is answered 400 instead.
+  void upgrade_websocket(std::shared_ptr<WebSocketHandler> handler);
 
   // Streamed routes only (api/body_sink.h): the body goes to `sink`. Call at most once,
   // before answering; the sink answers through this responder.

@@ -330,6 +330,23 @@ const RouteDoc exec_output{
     .errors = {"not_found", "conflict"},
 };
 
+const RouteDoc session_ws{
+    .operation_id = "sessionWebSocket",
+    .tag = "execs",
+    .summary = "Interactive execs over a WebSocket (JSON text messages)",
+    .description =
+        "A WebSocket upgrade (RFC 6455), authenticated as any request. Client messages: "
+        "exec (the body of POST …/execs plus `ref`), stdin (base64 `data`), close_stdin, kill "
+        "(`signal`, `grace_s`), resize (`cols`, `rows`), attach (`exec`, `offset` \"<stdout>,<stderr>\"). "
+        "Server messages: started, stdout / stderr (base64 `data`, `offset`), exit (`record`), "
+        "error (`error` as REST, `ref` / `exec`). Several execs at once; the server pings; a "
+        "client that stops reading is disconnected. Binary messages close with 1008, oversize "
+        "ones with 1009. See docs/api.md \"WebSocket\".",
+    .params = {session_id()},
+    .responses = {ResponseDoc{101, "switching protocols: the WebSocket", {}, {}}},
+    .errors = {"not_found"},
+};
+
 const RouteDoc write_stdin{
     .operation_id = "writeStdin",
     .tag = "execs",

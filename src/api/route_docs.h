@@ -86,6 +86,7 @@ extern const RouteDoc run_exec;
 extern const RouteDoc get_exec;
 extern const RouteDoc exec_output;
 extern const RouteDoc write_stdin;
+extern const RouteDoc session_ws;  // routes_ws.cc
 extern const RouteDoc kill_exec;
 extern const RouteDoc resize_exec;
 extern const RouteDoc session_egress;

@@ -26,6 +26,7 @@ void add_secret_routes(RouteContext& ctx);  // routes_secrets.cc
 void add_storage_routes(RouteContext& ctx);  // routes_storage.cc: volumes, reset
 void add_template_routes(RouteContext& ctx);  // routes_templates.cc
 void add_process_routes(RouteContext& ctx);   // routes_processes.cc: processes, port proxy
+void add_ws_routes(RouteContext& ctx);  // routes_ws.cc: GET /v1/sessions/{id}/ws
 // All of the above, in the daemon's order: the one table served and described by
 // GET /v1/openapi.json (cela serve, the OpenAPI tests).
 void add_api_routes(RouteContext& ctx);

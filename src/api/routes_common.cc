@@ -24,6 +24,7 @@ void add_api_routes(RouteContext& ctx) {
   add_storage_routes(ctx);
   add_template_routes(ctx);
   add_process_routes(ctx);
+  add_ws_routes(ctx);
 }
 
 ApiResult<void> require_admin(const Request& req) {

@@ -12,6 +12,7 @@
 #include "api/route_docs.h"
 #include "api/routes.h"
 #include "api/session_specs.h"
+#include "api/ws_protocol.h"
 #include "common/encoding.h"
 #include "common/json_text.h"
 
@@ -21,25 +22,9 @@ using http::verb;
 
 namespace {
 
-// "<stdout offset>,<stderr offset>": the SSE event id, a position in both streams.
-ApiResult<std::pair<uint64_t, uint64_t>> parse_position(std::string_view id) {
-  auto bad = [&] {
-    return std::unexpected(
-        ApiError::invalid_request("Last-Event-ID must be \"<stdout offset>,<stderr offset>\" (two whole numbers)"));
-  };
-  auto comma = id.find(',');
-  if (comma == std::string_view::npos) return bad();
-  uint64_t out = 0, err = 0;
-  std::string_view a = id.substr(0, comma), b = id.substr(comma + 1);
-  auto ra = std::from_chars(a.data(), a.data() + a.size(), out);
-  auto rb = std::from_chars(b.data(), b.data() + b.size(), err);
-  if (a.empty() || b.empty() || ra.ec != std::errc() || ra.ptr != a.data() + a.size() || rb.ec != std::errc() ||
-      rb.ptr != b.data() + b.size())
-    return bad();
-  return std::pair{out, err};
-}
-
-std::string position(uint64_t out, uint64_t err) { return std::to_string(out) + "," + std::to_string(err); }
+// "<stdout offset>,<stderr offset>": the SSE event id, a position in both streams
+// (the same as the WebSocket's offsets, api/ws_protocol.h).
+using ws::position;
 
 // Bridges an exec's output to one SSE response. Called on the session reactor.
 class SseSink final : public session::OutputSink {
@@ -267,7 +252,7 @@ void add_session_routes(RouteContext& ctx) {
     }
     std::pair<uint64_t, uint64_t> from{0, 0};
     if (auto last = last_event_id(req)) {
-      auto pos = parse_position(*last);
+      auto pos = ws::parse_position(*last, "Last-Event-ID");
       if (!pos) return res.error(pos.error());
       from = *pos;
     }

@@ -50,6 +50,7 @@
 #include "api/request.h"
 #include "api/responder.h"
 #include "api/router.h"
+#include "api/websocket.h"
 #include "common/error.h"
 
 namespace cela::api {
@@ -82,6 +83,7 @@ struct ServerConfig {
   std::uint32_t header_limit = 16 * 1024;
   std::size_t body_limit = 1024 * 1024;  // JSON routes; RouteOptions::body_limit overrides
   std::size_t stream_buffer_limit = 8 * 1024 * 1024;  // per SSE / chunked response
+  WebSocketConfig websocket;  // upgraded requests (api/websocket.h)
   // Daemon log lines (errors, handler exceptions). Default: stderr.
   std::function<void(std::string_view line)> log;
   // Called on an io thread for every answer; must not block.

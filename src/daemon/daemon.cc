@@ -92,6 +92,8 @@ int run(const DaemonOptions& o) {
   auto millis = [](double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000)); };
   server_config.header_timeout = millis(cc.header_timeout_s);
   server_config.idle_timeout = millis(cc.idle_timeout_s);
+  server_config.websocket.ping_interval = millis(cc.ws_ping_s);
+  server_config.websocket.max_queued = cc.ws_queue_bytes;
   server_config.unix_socket_path = config.socket_path;
   server_config.io_threads = config.http_threads;
   server_config.blocking_threads = config.blocking_threads;

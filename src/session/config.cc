@@ -230,7 +230,8 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   if (!conn) return std::unexpected(conn.error());
   if (*conn) {
     const JsonFields& s = **conn;
-    ONLY(s, "max_total", "per_peer", "per_key", "root_reserve", "reserve_fds", "header_timeout_s", "idle_timeout_s");
+    ONLY(s, "max_total", "per_peer", "per_key", "root_reserve", "reserve_fds", "header_timeout_s", "idle_timeout_s",
+         "ws_ping_s", "ws_queue_bytes");
     TAKE(s, "max_total", c.connections.max_total);
     TAKE(s, "per_peer", c.connections.per_peer);
     TAKE(s, "per_key", c.connections.per_key);
@@ -238,6 +239,8 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
     TAKE(s, "reserve_fds", c.connections.reserve_fds);
     TAKE(s, "header_timeout_s", c.connections.header_timeout_s);
     TAKE(s, "idle_timeout_s", c.connections.idle_timeout_s);
+    TAKE(s, "ws_ping_s", c.connections.ws_ping_s);
+    TAKE(s, "ws_queue_bytes", c.connections.ws_queue_bytes);
   }
   auto disk = section("disk");
   if (!disk) return std::unexpected(disk.error());
@@ -362,9 +365,11 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   auto packages = net::parse_packages_config(*pkg ? &**pkg : nullptr, "");
   if (!packages) return std::unexpected(packages.error());
   c.packages = std::move(*packages);
-  for (double t : {c.connections.header_timeout_s, c.connections.idle_timeout_s})
+  for (double t : {c.connections.header_timeout_s, c.connections.idle_timeout_s, c.connections.ws_ping_s})
     if (!(t > 0 && t <= 3600))
       return fail(ErrorCode::invalid_argument, "config: connections timeouts must be in (0, 3600] seconds");
+  if (c.connections.ws_queue_bytes < 64 * 1024 || c.connections.ws_queue_bytes > (uint64_t{1} << 30))
+    return fail(ErrorCode::invalid_argument, "config: connections.ws_queue_bytes must be 64 KiB..1 GiB");
   if (c.budgets.ptys < 1 || c.budgets.ptys > 4096)
     return fail(ErrorCode::invalid_argument, "config: session_budgets.ptys must be 1..4096");
   if (c.block_io.weight > 10000)

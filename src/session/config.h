@@ -86,6 +86,8 @@ struct ConnectionConfig {
   uint64_t reserve_fds = 0;   // descriptors connections never take (sessions, store)
   double header_timeout_s = 10;  // a request header (and a new connection's first byte)
   double idle_timeout_s = 60;    // a keep-alive connection between requests
+  double ws_ping_s = 15;         // a WebSocket pings this often; a silent peer is cut after two
+  uint64_t ws_queue_bytes = 8 << 20;  // a WebSocket's outgoing queue; a client past it is cut off
 };
 
 // Writable layers (docs/operations.md "Storage"): `kind` is what a create that does not

@@ -581,6 +581,15 @@ class Sandbox:
         ans = self._client.json("POST", f"/v1/sessions/{_quote(self.id)}/execs", json_body=body)
         return ExecHandle(self, ans["id"], ans.get("state"))
 
+    def interactive(self, timeout: Optional[float] = 60.0, ping_interval: Optional[float] = 20.0) -> Any:
+        """A WebSocket to this session for interactive execs (``cela._ws.Interactive``):
+        several at once, stdin, kill, resize, re-attach by offset. Needs the optional
+        ``websockets`` package; raises TransportError without it."""
+        from ._ws import Interactive
+        return Interactive(self._client, self.id, timeout=timeout, ping_interval=ping_interval)
+
+    ws = interactive
+
     def get_exec(self, exec_id: str) -> ExecHandle:
         """A handle on an exec started earlier (by id)."""
         return ExecHandle(self, exec_id)
