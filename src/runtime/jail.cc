@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -540,7 +541,17 @@ class JailInstance final : public Instance {
     sockets_.erase(it);
     auto* errv = msg.body.if_contains("errno");
     int err = errv && errv->is_number() ? errv->to_number<int>() : EPROTO;
-    if (msg.fds.size() == 1 && err == 0) return done(std::move(msg.fds[0]));
+    if (msg.fds.size() == 1 && err == 0) {
+      // Only what was asked for: a TCP socket of the sandbox (defence in depth: init is
+      // ours, but the descriptor crosses into the daemon).
+      int domain = 0, type = 0;
+      socklen_t len = sizeof domain;
+      bool tcp = ::getsockopt(msg.fds[0].get(), SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_INET &&
+                 (len = sizeof type, ::getsockopt(msg.fds[0].get(), SOL_SOCKET, SO_TYPE, &type, &len) == 0) &&
+                 type == SOCK_STREAM;
+      if (!tcp) return done(fail(ErrorCode::internal, "the sandbox handed back something other than a TCP socket"));
+      return done(std::move(msg.fds[0]));
+    }
     if (msg.fds_truncated || err == EMFILE || err == ENFILE)
       return done(fail(ErrorCode::system, "no descriptor left for a port connection", err ? err : EMFILE));
     done(fail(ErrorCode::system, "the sandbox could not open a socket", err ? err : EPROTO));

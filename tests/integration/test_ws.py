@@ -460,3 +460,26 @@ def test_a_socket_holds_a_key_slot_and_the_daemon_stops_with_sockets_open():
         run(go())
     finally:
         d.close()
+
+
+def test_resize_of_a_tty_exec_over_the_socket(daemon, sid):
+    """A terminal exec driven entirely over the socket: its size, a resize (the
+    process sees SIGWINCH and the new size), keystrokes, one output stream."""
+    script = ("trap 'echo winch' WINCH; stty size; echo ready; "
+              "until read line; do :; done; stty size; echo got:$line")  # a trapped signal ends a read
+
+    async def go():
+        async with connect(daemon, sid) as ws:
+            s = Socket(ws)
+            eid = await s.start("tty", cmd=script, tty=True, cols=80, rows=24, stdin_open=True)
+            await s.until(lambda m: b"ready" in s.out.get(eid, b""))
+            assert b"24 80" in s.out[eid], s.out[eid]
+            await s.send(type="resize", exec=eid, cols=132, rows=43)
+            await s.until(lambda m: b"winch" in s.out.get(eid, b""))
+            await s.send(type="stdin", exec=eid, data=b64(b"hi\r"))
+            m = await s.until(lambda m: m["type"] == "exit" and m["exec"] == eid)
+            assert m["record"]["exit_code"] == 0, m
+            text = s.out[eid].decode(errors="replace")
+            assert "43 132" in text and "got:hi" in text, text
+            assert s.err.get(eid, b"") == b"", "a terminal exec has one stream"
+    run(go())
