@@ -135,6 +135,20 @@ class Daemon:
         return self.request("DELETE", f"/v1/sessions/{sid}")
 
 
+def cgroup_cpu_ns(sid):
+    """CPU time the kernel charged a session's cgroup (v1 cpuacct or v2 cpu.stat)."""
+    v1 = f"/sys/fs/cgroup/cpuacct/cela/{sid}/cpuacct.usage"
+    if os.path.exists(v1):
+        with open(v1) as f:
+            return int(f.read())
+    with open(f"/sys/fs/cgroup/cela/{sid}/cpu.stat") as f:
+        for line in f:
+            key, value = line.split()
+            if key == "usage_usec":
+                return int(value) * 1000
+    raise AssertionError("no cpu.stat usage_usec")
+
+
 def wait_for(fn, timeout=10.0, step=0.05):
     """fn()'s first truthy value within `timeout` seconds (else its last value)."""
     end = time.monotonic() + timeout

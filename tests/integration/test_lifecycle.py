@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import wait_until
-from daemon_util import Daemon
+from daemon_util import Daemon, cgroup_cpu_ns
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "sdk" / "python"))
@@ -20,18 +20,6 @@ import cela  # noqa: E402
 
 LIMITS = {"memory_mb": 256}
 BUSY = "while :; do :; done"
-
-
-def cgroup_cpu_ns(sid):
-    """CPU time the kernel charged the session's cgroup (v1 cpuacct or v2 cpu.stat)."""
-    v1 = Path(f"/sys/fs/cgroup/cpuacct/cela/{sid}/cpuacct.usage")
-    if v1.exists():
-        return int(v1.read_text())
-    for line in Path(f"/sys/fs/cgroup/cela/{sid}/cpu.stat").read_text().splitlines():
-        key, value = line.split()
-        if key == "usage_usec":
-            return int(value) * 1000
-    raise AssertionError("no cpu.stat usage_usec")
 
 
 def cgroup_memory_bytes(sid):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CELA, wait_until
-from daemon_util import Daemon
+from daemon_util import Daemon, cgroup_cpu_ns
 
 BASE = Path("/var/lib/cela/templates/base")
 LIMITS = {"memory_mb": 256}
@@ -158,17 +158,6 @@ def test_snapshot_of_a_snapshot_stacks_and_keeps_deletions(daemon):
     assert t["current"] == second["version"] and not t["shared"]
 
 
-def session_cpu_ns(sid):
-    v1 = Path(f"/sys/fs/cgroup/cpuacct/cela/{sid}/cpuacct.usage")
-    if v1.exists():
-        return int(v1.read_text())
-    for line in Path(f"/sys/fs/cgroup/cela/{sid}/cpu.stat").read_text().splitlines():
-        key, value = line.split()
-        if key == "usage_usec":
-            return int(value) * 1000
-    raise AssertionError("no cpu.stat usage_usec")
-
-
 def test_a_pause_during_a_snapshot_is_kept_after_it(daemon):
     """The snapshot freezes the session for its copy and thaws it after: a pause asked
     for meanwhile must still hold then (no thaw behind the caller's back)."""
@@ -187,9 +176,9 @@ def test_a_pause_during_a_snapshot_is_kept_after_it(daemon):
         assert result["snap"][0] == 201, result["snap"]
         status, info, _ = daemon.request("GET", f"/v1/sessions/{sid}")
         assert info["state"] == "paused", info
-        a = session_cpu_ns(sid)
+        a = cgroup_cpu_ns(sid)
         time.sleep(0.5)
-        used = (session_cpu_ns(sid) - a) / 1e9
+        used = (cgroup_cpu_ns(sid) - a) / 1e9
         assert used < 0.02, f"a session reported paused used {used:.3f} s of CPU in 0.5 s"
         status, resumed, _ = daemon.request("POST", f"/v1/sessions/{sid}/resume")
         assert status == 200 and resumed["state"] == "ready", resumed
