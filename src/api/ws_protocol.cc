@@ -95,14 +95,12 @@ std::expected<ClientMessage, Refusal> parse_client_message(std::string_view text
     return Kill{id, *spec};
   }
   if (*type == "resize") {
-    if (auto ok = f.only({"type", "exec", "cols", "rows"}); !ok) return refuse(from_error(ok.error()));
+    // The same rules as POST …/resize (api/session_specs.h).
+    auto parsed = parse_resize(body_without(*object, {"type", "exec"}));
+    if (!parsed) return refuse(from_error(parsed.error()));
     Resize r{id};
-    for (auto [key, out] : {std::pair{"cols", &r.cols}, std::pair{"rows", &r.rows}}) {
-      auto v = f.require_integer(key);
-      if (!v) return refuse(from_error(v.error()));
-      if (*v < 1 || *v > 65535) return refuse(from_error(f.invalid(key, "must be 1..65535")));
-      *out = static_cast<std::uint16_t>(*v);
-    }
+    r.cols = parsed->first;
+    r.rows = parsed->second;
     return r;
   }
   if (*type == "attach") {

@@ -79,7 +79,9 @@ TEST(WsProtocol, MalformedMessagesAreRefusedNamingTheirIds) {
   refused(R"({"type":"stdin","exec":7,"data":"aGk="})");
   EXPECT_EQ(refused(R"({"type":"stdin","exec":"e-7","ref":"r","data":""})").exec, "e-7");
   EXPECT_EQ(refused(R"({"type":"kill","exec":"e-7","signal":"SIGFOO"})").exec, "e-7");
-  for (auto bad : {R"("cols":0,"rows":1)", R"("cols":65536,"rows":1)", R"("cols":1.5,"rows":1)", R"("cols":80)"})
+  // The bounds of POST …/resize (1..1000).
+  for (auto bad : {R"("cols":0,"rows":1)", R"("cols":1001,"rows":1)", R"("cols":65536,"rows":1)", R"("cols":1.5,"rows":1)",
+                   R"("cols":80)"})
     EXPECT_EQ(refused(std::string(R"({"type":"resize","exec":"e-7",)") + bad + "}").exec, "e-7") << bad;
   for (auto bad : {"12", "1,", ",2", "a,b", "1,2,3", "-1,0", ""})
     EXPECT_EQ(refused(std::string(R"({"type":"attach","exec":"e-7","offset":")") + bad + "\"}").exec, "e-7") << bad;
