@@ -16,14 +16,12 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from stats import pct  # noqa: E402  (a script's own directory is on sys.path)
+import harness  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "integration"))
-os.environ.setdefault("CELA_BIN", "build/cela")
 
 
 def timed(fn):
@@ -39,10 +37,7 @@ def main():
     ap.add_argument("--sessions", default="50,200")
     ap.add_argument("--json", default="bench/results/daemon.json")
     args = ap.parse_args()
-    os.environ["CELA_BIN"] = os.path.abspath(args.cela)
-    import conftest  # noqa: E402  (reads CELA_BIN)
-    conftest.CELA = os.environ["CELA_BIN"]
-    from daemon_util import Daemon
+    Daemon = harness.daemon_util(args.cela).Daemon
 
     counts = [int(x) for x in args.sessions.split(",")]
     # Many idle sessions: grants far above what they use (docs/operations.md, admission).

@@ -17,11 +17,10 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
 from stats import pct  # noqa: E402  (a script's own directory is on sys.path)
+import harness  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "integration"))
 
 
 MODES = {
@@ -42,10 +41,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", default="bench/results/observability.json")
     args = ap.parse_args()
-    os.environ["CELA_BIN"] = os.path.abspath(args.cela)
-    import conftest  # noqa: E402  (reads CELA_BIN)
-    conftest.CELA = os.environ["CELA_BIN"]
-    from daemon_util import Daemon
+    Daemon = harness.daemon_util(args.cela).Daemon
 
     daemons, sessions = {}, {}
     samples = {m: {c: [] for c in COMMANDS} for m in MODES}

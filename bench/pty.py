@@ -22,8 +22,8 @@ _here = sys.path.pop(0)
 import pty  # noqa: E402
 sys.path.insert(0, _here)
 from stats import pct  # noqa: E402  (a script's own directory is on sys.path)
+import harness  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "integration"))
 
 ECHO_CMD = "stty raw -echo && echo ready && exec cat"
 
@@ -105,12 +105,8 @@ def main():
     ap.add_argument("--keys", type=int, default=200)
     ap.add_argument("--json", default="bench/results/pty.json")
     args = ap.parse_args()
-    os.environ["CELA_BIN"] = os.path.abspath(args.cela)
-    import conftest  # noqa: E402  (reads CELA_BIN)
-    conftest.CELA = os.environ["CELA_BIN"]
-    import daemon_util
-    daemon_util.CELA = os.environ["CELA_BIN"]
-    from daemon_util import Daemon, UnixConnection
+    du = harness.daemon_util(args.cela)
+    Daemon, UnixConnection = du.Daemon, du.UnixConnection
 
     ref = local_reference(args.keys)
     d = Daemon().start()

@@ -16,14 +16,12 @@ import asyncio
 import http.client
 import json
 import os
-import sys
 import time
 
 import websockets
 from stats import pct  # noqa: E402  (a script's own directory is on sys.path)
+import harness  # noqa: E402
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "integration"))
-os.environ.setdefault("CELA_BIN", "build/cela")
 
 
 def main():
@@ -32,10 +30,7 @@ def main():
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--json", default="bench/results/ws.json")
     args = ap.parse_args()
-    os.environ["CELA_BIN"] = os.path.abspath(args.cela)
-    import conftest  # noqa: E402  (reads CELA_BIN)
-    conftest.CELA = os.environ["CELA_BIN"]
-    from daemon_util import Daemon
+    Daemon = harness.daemon_util(args.cela).Daemon
 
     d = Daemon().start()
     body = {"argv": ["/bin/echo", "x"]}
