@@ -393,7 +393,7 @@ void SessionManager::arm_sampler(const std::shared_ptr<Session>& session) {
       m.memory_bytes = st->memory_current_bytes;
       m.pids = st->pids_current;
     }
-    if (auto sp = layer_space(*s->instance)) m.disk_used_bytes = sp->used;
+    m.disk_used_bytes = s->instance->disk_usage().used_bytes;  // the meter metrics() and the record read
     s->history.push_back(m);
     while (s->history.size() > config_.metrics.history_samples) s->history.pop_front();
     arm_sampler(s);
