@@ -65,13 +65,14 @@ void finalize_payload(StringResponse& res, bool head_request) {
 }
 
 StringResponse error_response(const ApiError& error, std::string_view request_id,
-                              const Headers& extra) {
+                              const Headers& extra, ErrorStyle style = ErrorStyle::cela) {
+  RenderedError rendered = render_error(style, error, request_id);
   StringResponse res;
-  res.result(static_cast<unsigned>(error.status));
+  res.result(static_cast<unsigned>(rendered.status));
   res.set(http::field::content_type, "application/json");
   for (const auto& [name, value] : error_headers(error)) res.set(name, value);
   for (const auto& [name, value] : extra) res.set(name, value);
-  res.body() = cela::json_text(error_body(error, request_id));
+  res.body() = std::move(rendered.body);
   return res;
 }
 
@@ -305,6 +306,7 @@ void Connection::read_next_request() {
   if (closed_) return;
   request_.reset();
   route_ = nullptr;
+  error_style_ = ErrorStyle::cela;
   request_id_.clear();
   method_.clear();
   path_.clear();
@@ -385,7 +387,18 @@ void Connection::route_request() {
   req.segments = std::move(target->segments);
   req.query = std::move(target->query);
 
-  RouteMatch match = core_.router.match(req.method, req.segments);
+  // A request naming an E2B sandbox goes to the sandbox table, its path prefixed with
+  // the port it is for (E2b-Sandbox-Port, default envd's): see HttpServer::sandbox_router.
+  const bool for_sandbox = head.find("E2b-Sandbox-Id") != head.end();
+  std::vector<std::string> sandbox_segments;
+  if (for_sandbox) {
+    error_style_ = ErrorStyle::e2b;
+    auto port = head["E2b-Sandbox-Port"];
+    sandbox_segments.emplace_back(port.empty() ? std::string(kEnvdPort) : std::string(port));
+    sandbox_segments.insert(sandbox_segments.end(), req.segments.begin(), req.segments.end());
+  }
+  const Router& router = for_sandbox ? core_.sandbox_router : core_.router;
+  RouteMatch match = router.match(req.method, for_sandbox ? sandbox_segments : req.segments);
   if (!match.route) {
     if (match.path_known) {
       return reject(ApiError::method_not_allowed(method_ + " is not allowed on " + path_),
@@ -395,13 +408,20 @@ void Connection::route_request() {
   }
   route_ = match.route;
   req.params = std::move(match.params);
+  // The sandbox table speaks E2B: its routes answer in E2B's shape unless they chose one.
+  error_style_ = for_sandbox && route_->options.error_style == ErrorStyle::cela
+                     ? ErrorStyle::e2b
+                     : route_->options.error_style;
+  req.error_style = error_style_;
 
   if (!route_->options.public_route) {
     std::expected<Principal, ApiError> principal =
         std::unexpected(ApiError::unauthorized("no authenticator is configured"));
-    if (core_.authenticator) {
+    const Authenticator& authenticator =
+        for_sandbox ? core_.sandbox_authenticator : core_.authenticator;
+    if (authenticator) {
       try {
-        principal = core_.authenticator(req);
+        principal = authenticator(req);
       } catch (const std::exception& e) {
         principal = std::unexpected(ApiError::internal(std::string("authenticator: ") + e.what()));
       }
@@ -594,7 +614,8 @@ void Connection::reject(const ApiError& error, const Headers& extra) {
     log("request " + request_id_ + ": " + error.code + ": " +
         (error.log_detail.empty() ? error.message : error.log_detail));
   }
-  write_response(std::make_shared<StringResponse>(error_response(error, request_id_, extra)));
+  write_response(
+      std::make_shared<StringResponse>(error_response(error, request_id_, extra, error_style_)));
 }
 
 bool Connection::body_unread() const {

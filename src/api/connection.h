@@ -172,6 +172,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The request in progress.
   std::optional<Request> request_;
   const Route* route_ = nullptr;
+  ErrorStyle error_style_ = ErrorStyle::cela;  // of route_, or of the table searched
   std::string request_id_;
   std::string method_;
   std::string path_;

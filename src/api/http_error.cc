@@ -1,8 +1,11 @@
 #include "api/http_error.h"
 
 #include <cerrno>
+#include <map>
 
 #include <boost/json/value.hpp>
+
+#include "common/json_text.h"
 
 namespace cela::api {
 namespace {
@@ -109,6 +112,59 @@ boost::json::object error_body(const ApiError& e, std::string_view request_id) {
   boost::json::object body;
   body["error"] = std::move(inner);
   return body;
+}
+
+std::string connect_code(const ApiError& e) {
+  if (!e.wire_code.empty()) return e.wire_code;
+  static const std::map<std::string, std::string, std::less<>> kCodes = {
+      {"invalid_request", "invalid_argument"},
+      {"unauthorized", "unauthenticated"},
+      {"forbidden", "permission_denied"},
+      {"policy_denied", "permission_denied"},
+      {"not_found", "not_found"},
+      {"method_not_allowed", "unimplemented"},
+      {"request_timeout", "deadline_exceeded"},
+      {"conflict", "failed_precondition"},
+      {"gone", "not_found"},
+      {"payload_too_large", "resource_exhausted"},
+      {"unsupported_media_type", "invalid_argument"},
+      {"quota_exceeded", "resource_exhausted"},
+      {"rate_limited", "resource_exhausted"},
+      {"bad_gateway", "unavailable"},
+      {"capacity_exceeded", "unavailable"},
+  };
+  auto it = kCodes.find(e.code);
+  return it == kCodes.end() ? "internal" : it->second;
+}
+
+int connect_status(std::string_view code) {
+  static const std::map<std::string, int, std::less<>> kStatus = {
+      {"canceled", 499},          {"unknown", 500},           {"invalid_argument", 400},
+      {"deadline_exceeded", 504}, {"not_found", 404},         {"already_exists", 409},
+      {"permission_denied", 403}, {"resource_exhausted", 429}, {"failed_precondition", 400},
+      {"aborted", 409},           {"out_of_range", 400},      {"unimplemented", 501},
+      {"internal", 500},          {"unavailable", 503},       {"data_loss", 500},
+      {"unauthenticated", 401},
+  };
+  auto it = kStatus.find(code);
+  return it == kStatus.end() ? 500 : it->second;
+}
+
+RenderedError render_error(ErrorStyle style, const ApiError& e, std::string_view request_id) {
+  switch (style) {
+    case ErrorStyle::e2b:
+      return {e.status, cela::json_text(boost::json::object{{"code", e.status},
+                                                             {"message", e.message}})};
+    case ErrorStyle::connect: {
+      std::string code = connect_code(e);
+      int status = connect_status(code);
+      return {status,
+              cela::json_text(boost::json::object{{"code", code}, {"message", e.message}})};
+    }
+    case ErrorStyle::cela:
+      break;
+  }
+  return {e.status, cela::json_text(error_body(e, request_id))};
 }
 
 Headers error_headers(const ApiError& e) {

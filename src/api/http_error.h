@@ -44,6 +44,10 @@ using Headers = std::vector<std::pair<std::string, std::string>>;
 
 struct ApiError {
   std::string code;      // stable machine code, e.g. "capacity_exceeded"
+  // A facade's own code for the same error, when its protocol distinguishes more than
+  // cela does (Connect's "already_exists" for a conflict): used by ErrorStyle::connect
+  // instead of the mapping from `code`. Empty: mapped.
+  std::string wire_code;
   int status = 500;      // HTTP status, fixed by the code
   std::string category;  // "user" | "policy" | "quota" | "platform"
   std::string message;   // one human line; never host paths or internal detail
@@ -90,6 +94,22 @@ inline std::unexpected<ApiError> api_fail(ApiError e) {
 // {"error": {"code", "category", "message", "session_id", "exec_id", "request_id",
 //            "retryable", "retry_after_s"}} with null for absent values.
 boost::json::object error_body(const ApiError& e, std::string_view request_id);
+
+// The shape an error takes on the wire, chosen per route (RouteOptions::error_style):
+//   cela     API.md's {"error": {code, category, message, ...}} (error_body above)
+//   e2b      E2B's REST shape {"code": <HTTP status>, "message"} (the E2B SDK reads it)
+//   connect  the Connect protocol's {"code": "<connect code>", "message"}, with the
+//            HTTP status Connect assigns to that code
+enum class ErrorStyle { cela, e2b, connect };
+
+struct RenderedError {
+  int status = 500;
+  std::string body;  // JSON text
+};
+RenderedError render_error(ErrorStyle style, const ApiError& e, std::string_view request_id);
+// Connect's name for `e` (wire_code, else mapped from code) and that code's HTTP status.
+std::string connect_code(const ApiError& e);
+int connect_status(std::string_view connect_code);
 
 // The headers an error answer carries besides Content-Type: Retry-After when
 // retry_after_s is set, WWW-Authenticate: Bearer on 401.

@@ -57,6 +57,7 @@ struct Request {
   std::optional<PeerCred> peer;        // unix socket only
   std::string remote_address;          // "ip:port" for tcp, the socket path for unix
   std::optional<Principal> principal;  // set by the authenticator; empty on public routes
+  ErrorStyle error_style = ErrorStyle::cela;  // the matched route's (RouteOptions)
 
   // A route capture; "" when the route has no such capture.
   std::string_view param(std::string_view name) const;

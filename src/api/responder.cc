@@ -61,8 +61,8 @@ void Responder::error(const ApiError& e) {
     log_via(connection_, "request " + request_.request_id + ": " + e.code + ": " +
                              (e.log_detail.empty() ? e.message : e.log_detail));
   }
-  raw(e.status, "application/json", cela::json_text(error_body(e, request_.request_id)),
-      error_headers(e));
+  RenderedError rendered = render_error(request_.error_style, e, request_.request_id);
+  raw(rendered.status, "application/json", std::move(rendered.body), error_headers(e));
 }
 
 void Responder::error(const Error& e) { error(from_error(e)); }

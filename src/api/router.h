@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "api/http_error.h"
 #include "api/request.h"
 #include "api/route_doc.h"
 
@@ -47,6 +48,8 @@ struct RouteOptions {
   // The handler runs before the body is read and takes it through a BodySink
   // (api/body_sink.h) instead of Request::body.
   bool streamed_body = false;
+  // The shape of every error this route answers, the server's own (401, 413...) too.
+  ErrorStyle error_style = ErrorStyle::cela;
 
   RouteOptions& make_public() {
     public_route = true;
@@ -62,6 +65,10 @@ struct RouteOptions {
   }
   RouteOptions& stream_body() {
     streamed_body = true;
+    return *this;
+  }
+  RouteOptions& with_error_style(ErrorStyle style) {
+    error_style = style;
     return *this;
   }
 };

@@ -91,6 +91,14 @@ void HttpServer::set_authenticator(Authenticator authenticator) {
   core_->authenticator = std::move(authenticator);
 }
 
+Router& HttpServer::sandbox_router() {
+  return core_->sandbox_router;
+}
+
+void HttpServer::set_sandbox_authenticator(Authenticator authenticator) {
+  core_->sandbox_authenticator = std::move(authenticator);
+}
+
 Result<void> HttpServer::listen_unix() {
   const std::string& path = core_->config.unix_socket_path;
   auto fd = detail::listen_unix_socket(path);

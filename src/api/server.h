@@ -97,6 +97,9 @@ struct ServerConfig {
 // route answers 401.
 using Authenticator = std::function<std::expected<Principal, ApiError>(const Request&)>;
 
+// The port E2B's SDK names for envd, its in-sandbox agent (E2b-Sandbox-Port).
+inline constexpr std::string_view kEnvdPort = "49983";
+
 namespace detail {
 struct ServerCore;
 class Listener;
@@ -112,6 +115,15 @@ class HttpServer {
   // Routes and the authenticator are set before start(); they are read-only after.
   Router& router();
   void set_authenticator(Authenticator authenticator);
+  // The second table, for requests that carry `E2b-Sandbox-Id` (the E2B data plane,
+  // api/e2b/): they are matched here, never in router(), against their path prefixed
+  // with one segment, the `E2b-Sandbox-Port` header (kEnvdPort when absent): envd's
+  // "/49983/process.Process/Start", a sandbox port's "/{port}/{path...}". Unmatched:
+  // 404 in the E2B error shape, as are its routes' errors unless a route chose another
+  // style (RouteOptions::error_style). Its non-public routes are authenticated by the sandbox
+  // authenticator (per-sandbox tokens), never by the API-key one.
+  Router& sandbox_router();
+  void set_sandbox_authenticator(Authenticator authenticator);
 
   // Binds the listeners and starts the threads. The unix socket: a stale socket file is
   // removed (one that still accepts connections is an error, as is a non-socket file),

@@ -38,6 +38,8 @@ struct ServerCore {
   ServerConfig config;
   Router router;
   Authenticator authenticator;
+  Router sandbox_router;  // requests with E2b-Sandbox-Id (HttpServer::sandbox_router)
+  Authenticator sandbox_authenticator;
   std::atomic<bool> stopping{false};  // set once the io threads are stopping: no new posts
   ConnectionSlots slots;  // before ioc: pending handlers own connections, which own leases
   std::atomic<std::size_t> rejecting{0};  // over-limit connections being answered 503

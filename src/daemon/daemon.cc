@@ -12,13 +12,16 @@
 #include <cstdio>
 #include <memory>
 
+#include "api/e2b/e2b.h"
 #include "api/routes.h"
 #include "obs/audit.h"
 #include "obs/catalog.h"
 #include "obs/log.h"
 #include "session/audit_store.h"
 #include "api/server.h"
+#include "common/encoding.h"
 #include "common/fs.h"
+#include "common/random.h"
 #include "common/nofile.h"
 #include "net/package_gateway.h"
 #include "rootfs/template.h"
@@ -28,6 +31,18 @@
 
 namespace cela::daemon {
 namespace {
+
+// A daemon secret of 32 random bytes (hex) at `path`, made (0600) on first start.
+Result<std::string> load_or_create_secret(const std::string& path) {
+  if (auto text = read_file(path)) {
+    std::string secret = text->substr(0, text->find('\n'));
+    if (secret.size() < 64) return fail(ErrorCode::invalid_argument, path + ": secret too short");
+    return secret;
+  }
+  std::string secret = hex_encode(random_bytes(32));
+  if (auto w = store::write_secret_file(path, secret + "\n"); !w) return std::unexpected(w.error());
+  return secret;
+}
 
 Result<std::pair<std::string, uint16_t>> parse_listen(const std::string& listen) {
   auto colon = listen.rfind(':');
@@ -234,10 +249,18 @@ int run(const DaemonOptions& o) {
   struct RemoveCollector {
     ~RemoveCollector() { obs::metrics().remove_collector("cela_sessions"); }
   } remove_collector;
+  auto e2b_secret = load_or_create_secret(config.state_dir + "/e2b-token.key");
+  if (!e2b_secret) {
+    say("e2b tokens: " + e2b_secret.error().message());
+    return 1;
+  }
+  api::e2b::SandboxTokens sandbox_tokens(std::move(*e2b_secret));
   api::HttpServer server(server_config);
   api::RouteContext ctx{server, **manager, default_tenant};
   server.set_authenticator(api::make_authenticator(ctx));
   api::add_api_routes(ctx);
+  api::e2b::E2bContext e2b_ctx{ctx, sandbox_tokens};
+  api::e2b::add_e2b_routes(e2b_ctx);
   if (auto r = server.start(); !r) {
     say("listen: " + r.error().message());
     return 1;

@@ -1215,3 +1215,103 @@ TEST(JsonFields, TypedFieldsNameTheOffendingField) {
   EXPECT_FALSE(parse_json_object("\"just a string\""));
   EXPECT_FALSE(parse_json_object("{\"a\": \"\xff\"}"));  // invalid UTF-8
 }
+
+// ---- the E2B sandbox table (HttpServer::sandbox_router) and error styles
+
+TEST_F(ApiServer, SandboxHeaderRoutesToTheSandboxTableWithItsPort) {
+  start([](Router& router, HttpServer& server) {
+    router.add(http::verb::get, "/health", {}, [](Request&, Responder& res) {
+      res.json(200, json::object{{"table", "main"}});
+    }, RouteOptions().make_public());
+    server.sandbox_router().add(http::verb::get, "/49983/health", {}, [](Request& req, Responder& res) {
+      res.json(200, json::object{{"table", "sandbox"},
+                                 {"tenant", req.principal ? req.principal->tenant_id : ""}});
+    });
+    server.sandbox_router().add(http::verb::get, "/{port}/{rest...}", {}, [](Request& req, Responder& res) {
+      res.json(200, json::object{{"port", req.param("port")}, {"rest", req.param("rest")}});
+    });
+    server.set_sandbox_authenticator([](const Request& req) -> std::expected<Principal, ApiError> {
+      if (req.header("X-Access-Token") == "good") return Principal{"t-sbx", false, "sandbox:s"};
+      return std::unexpected(ApiError::unauthorized("bad token"));
+    });
+  });
+  // Without the header: the main table, whose /health is public.
+  auto main = call("GET", "/health", {}, {}, false);
+  ASSERT_TRUE(main);
+  EXPECT_EQ(main->json_body().at("table").as_string(), "main");
+
+  // With it: the sandbox table, authenticated by the sandbox authenticator only (the
+  // API key of the main table opens nothing here).
+  auto envd = call("GET", "/health", {}, "E2b-Sandbox-Id: s\r\nX-Access-Token: good\r\n", false);
+  ASSERT_TRUE(envd);
+  ASSERT_EQ(envd->status, 200) << envd->body;
+  EXPECT_EQ(envd->json_body().at("table").as_string(), "sandbox");
+  EXPECT_EQ(envd->json_body().at("tenant").as_string(), "t-sbx");
+  auto keyed = call("GET", "/health", {}, "E2b-Sandbox-Id: s\r\n", true);
+  ASSERT_TRUE(keyed);
+  ASSERT_EQ(keyed->status, 401) << keyed->body;
+  // ...in E2B's error shape: {"code": <status>, "message"}.
+  EXPECT_EQ(keyed->json_body().at("code").as_int64(), 401);
+  EXPECT_EQ(keyed->json_body().at("message").as_string(), "bad token");
+
+  auto port = call("GET", "/a/b?x=1", {},
+                   "E2b-Sandbox-Id: s\r\nE2b-Sandbox-Port: 49999\r\nX-Access-Token: good\r\n", false);
+  ASSERT_TRUE(port);
+  ASSERT_EQ(port->status, 200) << port->body;
+  EXPECT_EQ(port->json_body().at("port").as_string(), "49999");
+  EXPECT_EQ(port->json_body().at("rest").as_string(), "a/b");
+
+  auto missing = call("POST", "/nowhere", {}, "E2b-Sandbox-Id: s\r\nX-Access-Token: good\r\n", false);
+  ASSERT_TRUE(missing);
+  ASSERT_EQ(missing->status, 405) << missing->body;  // /{port}/{rest...} knows the path, with GET only
+  EXPECT_EQ(missing->json_body().at("code").as_int64(), 405);
+}
+
+TEST_F(ApiServer, ErrorStylesShapeEveryErrorOfTheirRoute) {
+  start([](Router& router, HttpServer&) {
+    router.add(http::verb::post, "/e2b", {}, [](Request&, Responder& res) {
+      res.error(ApiError::conflict("already paused"));
+    }, RouteOptions().with_error_style(ErrorStyle::e2b).with_body_limit(4));
+    router.add(http::verb::post, "/connect", {}, [](Request&, Responder& res) {
+      ApiError e = ApiError::conflict("exists");
+      e.wire_code = "already_exists";
+      res.error(e);
+    }, RouteOptions().with_error_style(ErrorStyle::connect));
+    router.add(http::verb::post, "/connect-mapped", {}, [](Request&, Responder& res) {
+      res.error(ApiError::not_found("no such file"));
+    }, RouteOptions().with_error_style(ErrorStyle::connect));
+  });
+  auto e2b = call("POST", "/e2b");
+  ASSERT_TRUE(e2b);
+  EXPECT_EQ(e2b->status, 409);
+  EXPECT_EQ(e2b->json_body(), (json::object{{"code", 409}, {"message", "already paused"}}));
+  // The server's own answers take the route's style too.
+  auto unauthorized = call("POST", "/e2b", {}, {}, false);
+  ASSERT_TRUE(unauthorized);
+  EXPECT_EQ(unauthorized->json_body().at("code").as_int64(), 401);
+  auto too_large = call("POST", "/e2b", "12345");
+  ASSERT_TRUE(too_large);
+  EXPECT_EQ(too_large->status, 413);
+  EXPECT_EQ(too_large->json_body().at("code").as_int64(), 413);
+
+  auto connect = call("POST", "/connect");
+  ASSERT_TRUE(connect);
+  EXPECT_EQ(connect->status, 409);
+  EXPECT_EQ(connect->json_body(), (json::object{{"code", "already_exists"}, {"message", "exists"}}));
+  auto mapped = call("POST", "/connect-mapped");
+  ASSERT_TRUE(mapped);
+  EXPECT_EQ(mapped->status, 404);
+  EXPECT_EQ(mapped->json_body().at("code").as_string(), "not_found");
+
+  // A keep-alive connection goes back to cela's own shape for its next request.
+  TestClient c = client();
+  c.send(request_text("POST", "/e2b", {}, {}, true));
+  auto first = c.read_response();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->json_body().at("code").as_int64(), 409);
+  c.send(request_text("GET", "/none", {}, {}, true));
+  auto second = c.read_response();
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->status, 404);
+  EXPECT_EQ(second->error().at("code").as_string(), "not_found");
+}
