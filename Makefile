@@ -12,7 +12,7 @@ DEB_PACKAGES := build-essential cmake pkg-config \
   python3 python3-pytest python3-prometheus-client python3-websockets debootstrap bubblewrap ca-certificates \
   nodejs umoci tmux
 
-.PHONY: deps openapi-deps build test unit serve bench base-template format clean
+.PHONY: deps openapi-deps e2b-deps build test unit serve bench base-template format clean
 
 # npm: Debian's package unless an npm is already there (a nodejs package that bundles
 # its own npm conflicts with Debian's).
@@ -32,6 +32,12 @@ $(OPENAPI_DIR)/node_modules/.package-lock.json: $(OPENAPI_DIR)/package-lock.json
 	npm ci --prefix $(OPENAPI_DIR) --no-audit --no-fund
 openapi-deps: deps $(OPENAPI_DIR)/node_modules/.package-lock.json
 
+# The official E2B SDKs the E2B compatibility suites drive (tests/e2b), as pinned.
+E2B_DIR := tests/e2b
+$(E2B_DIR)/node_modules/.package-lock.json: $(E2B_DIR)/package-lock.json $(E2B_DIR)/package.json | deps
+	npm ci --prefix $(E2B_DIR) --no-audit --no-fund
+e2b-deps: deps $(E2B_DIR)/node_modules/.package-lock.json
+
 build: deps
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) >/dev/null
 	cmake --build $(BUILD_DIR) -j $(JOBS)
@@ -40,7 +46,7 @@ build: deps
 base-template: build
 	$(BUILD_DIR)/cela template build base
 
-test: build base-template openapi-deps
+test: build base-template openapi-deps e2b-deps
 	cd $(BUILD_DIR) && ctest --output-on-failure -j 1
 
 # Every test labelled `unit`: the GoogleTest cases, the OpenAPI validation and the
