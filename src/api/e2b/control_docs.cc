@@ -25,7 +25,10 @@ std::vector<ParamDoc> list_params() {
                       "sends them): sandboxes whose metadata holds every pair"),
           query_param("state", string_schema(), "running and/or paused, comma separated or repeated; default both"),
           query_param("limit", bounded(integer_schema(), 1, 1000), "page size, default 100"),
-          query_param("nextToken", string_schema(), "the X-Next-Token of the previous page")};
+          query_param("nextToken", string_schema(), "the X-Next-Token of the previous page"),
+          query_param("order", enum_schema({"desc"}), "newest first, the only order"),
+          query_param("template", string_schema(), "refused: not supported"),
+          query_param("startedAfter", string_schema(), "refused: not supported")};
 }
 
 ResponseDoc listed_response() {
