@@ -4,6 +4,7 @@
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox, CommandExitError, TimeoutError } from 'e2b'
+import { sleep, until } from './wait.mjs'
 
 const SANDBOX_URL = process.env.E2B_SANDBOX_URL
 const CELA_URL = process.env.CELA_URL
@@ -47,18 +48,6 @@ async function nativeExec(sessionId, execId) {
     headers: { Authorization: `Bearer ${CELA_KEY}` },
   })
   return res.json()
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
-
-async function until(what, fn, ms = 10_000) {
-  const end = Date.now() + ms
-  for (;;) {
-    const v = await fn()
-    if (v) return v
-    if (Date.now() > end) assert.fail(`timed out waiting for ${what}`)
-    await sleep(100)
-  }
 }
 
 test('run: output, exit codes and CommandExitError', async () => {

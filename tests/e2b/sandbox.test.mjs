@@ -3,6 +3,7 @@
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox, AuthenticationError, SandboxNotFoundError } from 'e2b'
+import { sleep, until } from './wait.mjs'
 
 const CELA_URL = process.env.CELA_URL
 const CELA_KEY = process.env.CELA_KEY
@@ -33,16 +34,6 @@ async function run(id, cmd) {
   const r = await native('POST', `/v1/sessions/${id}/run`, { cmd })
   assert.equal(r.status, 200, JSON.stringify(r.body))
   return r.body
-}
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms))
-async function until(what, check, ms = 20_000) {
-  const end = Date.now() + ms
-  for (;;) {
-    const v = await check()
-    if (v) return v
-    if (Date.now() > end) assert.fail(`timed out waiting for ${what}`)
-    await sleep(250)
-  }
 }
 
 test('the suite key is an e2b key and works as Bearer on the native API', async () => {
