@@ -2,10 +2,13 @@
 
 #include <string>
 
+#include "api/e2b/ports.h"
+
 namespace cela::api::e2b {
 
 void add_e2b_routes(E2bContext& ctx) {
   ctx.api.server.set_sandbox_authenticator(make_sandbox_authenticator(ctx.tokens));
+  add_port_routes(ctx);
 }
 
 Authenticator make_sandbox_authenticator(const SandboxTokens& tokens) {
