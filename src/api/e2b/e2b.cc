@@ -1,5 +1,7 @@
 #include "api/e2b/e2b.h"
 
+#include "api/e2b/control.h"
+
 #include <string>
 
 #include "api/e2b/ports.h"
@@ -8,6 +10,7 @@ namespace cela::api::e2b {
 
 void add_e2b_routes(E2bContext& ctx) {
   ctx.api.server.set_sandbox_authenticator(make_sandbox_authenticator(ctx.tokens));
+  add_control_routes(ctx);
   add_port_routes(ctx);
 }
 
