@@ -12,7 +12,7 @@ DEB_PACKAGES := build-essential cmake pkg-config \
   python3 python3-pytest python3-prometheus-client python3-websockets debootstrap bubblewrap ca-certificates \
   nodejs umoci tmux
 
-.PHONY: deps openapi-deps e2b-deps build test unit serve bench base-template format clean
+.PHONY: deps openapi-deps e2b-deps build test unit serve bench base-template code-interpreter-template format clean
 
 # npm: Debian's package unless an npm is already there (a nodejs package that bundles
 # its own npm conflicts with Debian's).
@@ -46,7 +46,14 @@ build: deps
 base-template: build
 	$(BUILD_DIR)/cela template build base
 
-test: build base-template openapi-deps e2b-deps
+# The code interpreter's template (E2B's default, also named code-interpreter-v1): base
+# plus Debian's Jupyter packages and cela's kernel server, as templates/code-interpreter
+# describes it. Its run step fetches through a package gateway of the build, from the
+# machine's own apt sources; later runs are cache hits (`up to date`).
+code-interpreter-template: base-template
+	env -u CELA_URL $(BUILD_DIR)/cela template build code-interpreter -f templates/code-interpreter/template.json
+
+test: build base-template code-interpreter-template openapi-deps e2b-deps
 	cd $(BUILD_DIR) && ctest --output-on-failure -j 1
 
 # Every test labelled `unit`: the GoogleTest cases, the OpenAPI validation and the

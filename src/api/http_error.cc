@@ -152,9 +152,12 @@ int connect_status(std::string_view code) {
 
 RenderedError render_error(ErrorStyle style, const ApiError& e, std::string_view request_id) {
   switch (style) {
-    case ErrorStyle::e2b:
-      return {e.status, cela::json_text(boost::json::object{{"code", e.status},
-                                                             {"message", e.message}})};
+    case ErrorStyle::e2b: {
+      boost::json::object o{{"code", e.status}, {"message", e.message}};
+      // E2B's data plane names the sandbox in its 502s (unknown sandbox, closed port).
+      if (e.status == 502 && e.session_id) o["sandboxId"] = *e.session_id;
+      return {e.status, cela::json_text(o)};
+    }
     case ErrorStyle::connect: {
       std::string code = connect_code(e);
       int status = connect_status(code);

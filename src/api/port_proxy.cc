@@ -275,7 +275,9 @@ class PortRelay final : public Relay, public std::enable_shared_from_this<PortRe
         auto& b = rp->get().body();
         b.data = out_.data();
         b.size = out_.size();
-        auto [rec, rn] = co_await http::async_read(*upstream_, up_buffer_, *rp, use_tuple);
+        // read_some: what the server sent so far goes out now (a stream of lines, SSE),
+        // not once the relay buffer is full.
+        auto [rec, rn] = co_await http::async_read_some(*upstream_, up_buffer_, *rp, use_tuple);
         if (rec == http::error::need_buffer) rec = {};
         // A body cut short inside cannot be mended: the client's answer ends unfinished.
         if (rec) co_return RelayEnd{static_cast<int>(status), false, std::nullopt};
@@ -283,6 +285,9 @@ class PortRelay final : public Relay, public std::enable_shared_from_this<PortRe
         out.body().data = out_.data();
         out.body().size = out_.size() - b.size;
         out.body().more = !rp->is_done();
+        // A read that parsed only framing (a chunk header) has nothing to pass on: an
+        // empty write would end the chunked answer early.
+        if (out.body().size == 0 && out.body().more) continue;
         auto [cec2, cn] = co_await http::async_write(c.socket, osr, use_tuple);
         if (cec2 == http::error::need_buffer) cec2 = {};
         if (cec2) co_return RelayEnd{static_cast<int>(status), false, std::nullopt};

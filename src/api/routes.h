@@ -37,6 +37,18 @@ Authenticator make_authenticator(RouteContext& ctx);
 
 // Helpers shared by the route files.
 session::Caller caller_of(const Request& request);
+// The port proxy (routes_processes.cc), for cela's route and E2B's data plane: relays
+// the request to `port` inside the session as the caller; the path inside is the
+// request's after its first `skip` segments; `prefix` goes in X-Forwarded-Prefix.
+// gone_is_bad_gateway: an unknown or ended session is 502 (E2B), not 404/410.
+struct PortTarget {
+  std::string session_id;
+  std::string port;  // as given (checked: 1..65535)
+  std::size_t skip = 0;
+  std::string prefix;
+  bool gone_is_bad_gateway = false;
+};
+void proxy_to_port(RouteContext& ctx, Request& req, Responder& res, const PortTarget& to);
 // Runs `work` on the blocking pool; its ApiResult becomes the JSON answer (`status`
 // on success) or the error object.
 void answer_blocking(RouteContext& ctx, Responder& res, int status,

@@ -39,6 +39,31 @@ std::chrono::milliseconds millis(double seconds) {
 
 }  // namespace
 
+void proxy_to_port(RouteContext& ctx, Request& req, Responder& res, const PortTarget& to) {
+  auto port = decimal<uint32_t>(to.port);
+  if (!port || *port < 1 || *port > 65535) return res.error(ApiError::invalid_request("port must be 1..65535"));
+  auto target = proxied_target(req.target, to.skip);
+  if (!target) return res.error(target.error());
+  ProxiedRequest pr{req.method_name, std::move(*target), req.headers, static_cast<uint16_t>(*port), to.prefix,
+                    to.session_id};
+  const auto& cfg = ctx.sessions.config().ports;
+  PortRelayOptions options{millis(cfg.connect_timeout_s), millis(cfg.idle_timeout_s)};
+  ctx.sessions.open_port(
+      caller_of(req), to.session_id, static_cast<uint16_t>(*port),
+      [r = res.shared_from_this(), pr = std::move(pr), options, id = to.session_id,
+       gone_is_bad_gateway = to.gone_is_bad_gateway](Result<session::PortSocket> s) mutable {
+        if (!s) {
+          const ErrorCode code = s.error().code;
+          ApiError e = code == ErrorCode::quota_exceeded ? ApiError::rate_limited(s.error().message(), 1)
+                       : gone_is_bad_gateway && (code == ErrorCode::not_found || code == ErrorCode::gone)
+                           ? ApiError::bad_gateway("sandbox " + id + " not found")
+                           : from_error(s.error());
+          return r->error(e.with_session(id));
+        }
+        r->relay(make_port_relay(std::move(s->socket), std::move(s->lease), std::move(pr), options));
+      });
+}
+
 void add_process_routes(RouteContext& ctx) {
   Router& r = ctx.server.router();
   session::SessionManager& mgr = ctx.sessions;
@@ -75,25 +100,8 @@ void add_process_routes(RouteContext& ctx) {
   auto proxy = [&](Request& req, Responder& res) {
     std::string id(req.param("id"));
     std::string port_text(req.param("port"));
-    auto port = decimal<uint32_t>(port_text);
-    if (!port || *port < 1 || *port > 65535) return res.error(ApiError::invalid_request("port must be 1..65535"));
     // /v1/sessions/{id}/ports/{port}: five segments, then the path inside.
-    auto target = proxied_target(req.target, 5);
-    if (!target) return res.error(target.error());
-    ProxiedRequest pr{req.method_name, std::move(*target), req.headers, static_cast<uint16_t>(*port),
-                      "/v1/sessions/" + id + "/ports/" + port_text, id};
-    const auto& cfg = mgr.config().ports;
-    PortRelayOptions options{millis(cfg.connect_timeout_s), millis(cfg.idle_timeout_s)};
-    mgr.open_port(caller_of(req), id, static_cast<uint16_t>(*port),
-                  [r = res.shared_from_this(), pr = std::move(pr), options, id](Result<session::PortSocket> s) mutable {
-                    if (!s) {
-                      ApiError e = s.error().code == ErrorCode::quota_exceeded
-                                       ? ApiError::rate_limited(s.error().message(), 1)
-                                       : from_error(s.error());
-                      return r->error(e.with_session(id));
-                    }
-                    r->relay(make_port_relay(std::move(s->socket), std::move(s->lease), std::move(pr), options));
-                  });
+    proxy_to_port(ctx, req, res, PortTarget{id, port_text, 5, "/v1/sessions/" + id + "/ports/" + port_text, false});
   };
   for (verb v : {verb::get, verb::head, verb::post, verb::put, verb::patch, verb::delete_, verb::options})
     r.add(v, "/v1/sessions/{id}/ports/{port}/{path...}", docs::port_proxy(http::to_string(v)), proxy,

@@ -191,13 +191,25 @@ int build_remote(const BuildOpts& o, const rootfs::BuildSpec& spec) {
 
 int build_local(const BuildOpts& o, const rootfs::BuildSpec& spec) {
   if (::geteuid() != 0) return report(Error{ErrorCode::permission_denied, 0, "a local build needs root"});
-  auto backend = runtime::open_jail_backend(runtime::JailOptions{});
+  // Run steps write to a disk-backed layer (BuildLimits::disk_mb), as in the daemon:
+  // its images live beside the download cache, none kept ready.
+  runtime::JailOptions options;
+  options.disks.dir = o.store->cache + "/build-disks";
+  options.disks.ready = 0;
+  if (auto made = make_dirs(options.disks.dir, 0700); !made) return report(made.error());
+  auto backend = runtime::open_jail_backend(options);
   if (!backend) return report(backend.error());
   session::TemplateCatalog catalog(*o.store);
   session::BuildRequest request{spec, "", true};
   PrintListener listener;
   std::atomic<bool> cancel{false};
-  auto t = session::run_build(**backend, catalog, request, session::BuildLimits{}, listener, cancel);
+  // Run steps install packages through a gateway of this process, fetching from the
+  // upstreams the machine's own apt, pip and npm use; the cache is the build cache's.
+  auto packages = session::LocalBuildPackages::open(o.store->cache + "/packages",
+                                                    [&listener](const std::string& line) { listener.log(line); });
+  if (!packages) return report(packages.error());
+  auto t = session::run_build(**backend, catalog, request, session::BuildLimits{}, listener, cancel,
+                              &(*packages)->packages());
   if (!t) return report(t.error());
   std::printf("%s@%s\n", t->name.c_str(), t->version.c_str());
   return 0;

@@ -188,8 +188,22 @@ Result<BuildStep> parse_step(const json::value& v, size_t index, bool allow_sour
 
 Result<BuildSpec> parse_build_json(const json::object& body, bool allow_sources) {
   JsonFields f(body);
-  if (auto ok = f.only({"name", "from", "steps"}); !ok) return std::unexpected(ok.error());
+  if (auto ok = f.only({"name", "from", "steps", "aliases", "start"}); !ok) return std::unexpected(ok.error());
   BuildSpec spec;
+  auto aliases = f.string_array("aliases");
+  if (!aliases) return std::unexpected(aliases.error());
+  if (*aliases) {
+    for (const auto& a : **aliases)
+      if (!valid_template_name(a)) return std::unexpected(f.invalid("aliases", "holds a bad template name `" + a + "`"));
+    spec.aliases = std::move(**aliases);
+  }
+  auto start = f.object("start");
+  if (!start) return std::unexpected(start.error());
+  if (*start) {
+    auto parsed = parse_start_command(**start);
+    if (!parsed) return std::unexpected(parsed.error());
+    spec.start = std::move(*parsed);
+  }
   auto name = f.string("name");
   if (!name) return std::unexpected(name.error());
   spec.name = name->value_or("");

@@ -7,7 +7,8 @@
 //     {"run": "pip install requests"},
 //     {"copy": {"archive_b64": "<tar>", "to": "/app"}}   (or "src": "dir" in a file: a
 //                                                          path below the build context)
-//     {"env": {"K": "V"}}, {"workdir": "/app"}, {"user": "user"}]}
+//     {"env": {"K": "V"}}, {"workdir": "/app"}, {"user": "user"}],
+//    "aliases": ["py-v1"], "start": {"cmd": "...", "user": "user", "ready_port": 8000}}
 //
 // Dockerfile subset: FROM <cela template> (exactly one, before other instructions but
 // ARG), RUN (shell or JSON exec form), COPY <src>... <dest> (no --from/--chown), ENV
@@ -19,12 +20,14 @@
 
 #include <boost/json/object.hpp>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "common/error.h"
+#include "rootfs/template.h"
 
 namespace cela::rootfs {
 
@@ -46,6 +49,10 @@ struct BuildSpec {
   std::string from = "base";
   std::vector<BuildStep> steps;
   std::vector<std::string> notes;  // ignored Dockerfile instructions
+  // cela's format only: the new template's other names, and the process its sessions
+  // start at boot (rootfs/template.h StartCommand; none given: the parent's).
+  std::vector<std::string> aliases;
+  std::optional<StartCommand> start;
 };
 
 // The API body / cela file. `allow_sources`: copy steps may name "src" (files), else

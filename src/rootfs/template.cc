@@ -123,6 +123,19 @@ json::object to_object(const Template& t) {
   obj["size_bytes"] = t.size_bytes;
   if (!t.parent.empty()) obj["parent"] = t.parent;
   if (!t.source.empty()) obj["source"] = t.source;
+  if (!t.aliases.empty()) {
+    json::array aliases;
+    for (const auto& a : t.aliases) aliases.emplace_back(a);
+    obj["aliases"] = std::move(aliases);
+  }
+  if (t.start) {
+    json::object start{{"cmd", t.start->cmd}, {"user", t.start->user}};
+    if (t.start->ready_port) {
+      start["ready_port"] = t.start->ready_port;
+      start["ready_timeout_s"] = t.start->ready_timeout_s;
+    }
+    obj["start"] = std::move(start);
+  }
   return obj;
 }
 
@@ -205,6 +218,15 @@ Result<Template> parse_manifest(const std::string& text, const std::string& path
       return bad(Error{ErrorCode::internal, 0, "\"user\" needs a name, uid and gid in 1..65535 and an absolute home"});
     t.user = {*name, static_cast<uint32_t>(*uid), static_cast<uint32_t>(*gid), *home};
   }
+  if (auto aliases = f.string_array("aliases"); !aliases) return bad(aliases.error());
+  else if (*aliases) t.aliases = std::move(**aliases);
+  auto start = f.object("start");
+  if (!start) return bad(start.error());
+  if (*start) {
+    auto parsed = parse_start_command(**start);
+    if (!parsed) return bad(parsed.error());
+    t.start = std::move(*parsed);
+  }
   auto binds = f.array("binds");
   if (!binds) return bad(binds.error());
   if (*binds) {
@@ -239,6 +261,28 @@ Result<void> ensure_template_dir(const TemplateStore& store, const std::string& 
 }
 
 }  // namespace
+
+Result<StartCommand> parse_start_command(const JsonFields& f) {
+  if (auto ok = f.only({"cmd", "user", "ready_port", "ready_timeout_s"}); !ok) return std::unexpected(ok.error());
+  StartCommand c;
+  auto cmd = f.require_string("cmd");
+  if (!cmd) return std::unexpected(cmd.error());
+  if (cmd->empty()) return std::unexpected(f.invalid("cmd", "must not be empty"));
+  c.cmd = std::move(*cmd);
+  auto user = f.string("user");
+  if (!user) return std::unexpected(user.error());
+  c.user = user->value_or("");
+  auto port = f.integer("ready_port");
+  if (!port) return std::unexpected(port.error());
+  if (*port && (**port < 1 || **port > 65535)) return std::unexpected(f.invalid("ready_port", "must be 1..65535"));
+  c.ready_port = static_cast<uint16_t>(port->value_or(0));
+  auto timeout = f.integer("ready_timeout_s");
+  if (!timeout) return std::unexpected(timeout.error());
+  if (*timeout && (**timeout < 1 || **timeout > 600))
+    return std::unexpected(f.invalid("ready_timeout_s", "must be 1..600"));
+  c.ready_timeout_s = static_cast<uint32_t>(timeout->value_or(60));
+  return c;
+}
 
 std::optional<TemplateUser> passwd_account(std::string_view line) {
   std::vector<std::string> f;
@@ -289,6 +333,8 @@ Result<Template> load_template_version(const TemplateStore& store, const std::st
   std::string path = dir + "/" + kManifest;
   auto text = read_file(path);
   if (!text) {
+    if (text.error().err == ENOENT && !std::filesystem::exists(template_dir(store, name)))
+      if (auto target = alias_target(store, name)) return load_template_version(store, *target, version);
     if (text.error().err == ENOENT)
       return fail(ErrorCode::not_found, "template " + name + " version " + version);
     return std::unexpected(text.error());
@@ -311,9 +357,19 @@ Result<Template> load_template(const TemplateStore& store, const std::string& na
   if (!current) {
     if (current.error().err != ENOENT) return std::unexpected(current.error());
     if (name == "host") return ensure_host_template(store);
+    if (!std::filesystem::exists(template_dir(store, name)))
+      if (auto target = alias_target(store, name)) return load_template(store, *target);
     return fail(ErrorCode::not_found, "template " + name + " not found in " + store.root);
   }
   return load_template_version(store, name, trim(*current));
+}
+
+std::optional<std::string> alias_target(const TemplateStore& store, const std::string& alias) {
+  auto all = list_templates(store);
+  if (!all) return std::nullopt;
+  for (const auto& t : *all)
+    if (std::ranges::find(t.aliases, alias) != t.aliases.end()) return t.name;
+  return std::nullopt;
 }
 
 Result<std::vector<Template>> list_templates(const TemplateStore& store) {

@@ -33,6 +33,10 @@
 
 #include "common/error.h"
 
+namespace cela {
+class JsonFields;
+}
+
 namespace cela::rootfs {
 
 struct HostBind {
@@ -60,6 +64,22 @@ struct LayerMeta {
 // an account with uid and gid in 1..65535 and an absolute home (else nullopt).
 std::optional<TemplateUser> passwd_account(std::string_view line);
 
+// A process a session of the template starts as soon as it boots (a kernel server, a
+// web app), before the session is handed out: E2B's "start command". With a
+// ready_port, the session is ready once something accepts on 127.0.0.1:ready_port
+// inside (the create fails after ready_timeout_s).
+struct StartCommand {
+  std::string cmd;     // a shell line (sh -c)
+  std::string user;    // "root" or the template's user (the default)
+  uint16_t ready_port = 0;
+  uint32_t ready_timeout_s = 60;
+};
+
+// {"cmd", "user"?, "ready_port"?, "ready_timeout_s"?}: the manifest's `start` and a
+// build file's. cmd non-empty; user "root" or the template's user ("" = the latter);
+// ready_port 1..65535; ready_timeout_s 1..600.
+Result<StartCommand> parse_start_command(const JsonFields& f);
+
 struct Template {
   std::string name;
   std::string version;                // e.g. "2026.11.29-1" or a digest prefix
@@ -81,6 +101,9 @@ struct Template {
   uint64_t size_bytes = 0;       // sum of layer_meta sizes
   std::string parent;            // "name@version" the stack was built on ("" = none)
   std::string source;            // "debootstrap", "host", "build", "snapshot", "oci"
+  // Other names the template is found under (load_template): "code-interpreter-v1".
+  std::vector<std::string> aliases;
+  std::optional<StartCommand> start;
   // Not in the manifest: "" for the shared store, else the tenant whose private store
   // holds the version (set when loaded).
   std::string tenant;
@@ -99,10 +122,15 @@ bool valid_template_name(std::string_view name);
 inline constexpr std::string_view kHostTemplate = "host";
 
 // Loads the current version of template `name` (not_found when absent). The `host`
-// template is generated on first use.
+// template is generated on first use. A name no template has is looked up among the
+// current versions' aliases (the first template in name order that lists it).
 Result<Template> load_template(const TemplateStore& store, const std::string& name);
 
-// Loads one specific version (not_found when absent), whether current or not.
+// The template whose current version lists `alias` among its aliases, if any.
+std::optional<std::string> alias_target(const TemplateStore& store, const std::string& alias);
+
+// Loads one specific version (not_found when absent), whether current or not; an
+// alias names its target's versions.
 Result<Template> load_template_version(const TemplateStore& store, const std::string& name,
                                        const std::string& version);
 

@@ -390,6 +390,15 @@ void SessionManager::booted(std::shared_ptr<Session> session, Result<std::unique
   count_state(r.tenant_id, std::string(store::session_state::starting), r.state);
   observe_created(session);
   arm_session_timer(session);
+  if (session->tmpl.start) {  // handed out once the template's server runs
+    return run_start_command(session, [this, session, done = std::move(done)](Result<void> ok) {
+      if (!ok) {
+        terminate(session, "failed", "start_failed", ok.error().message());
+        return done(std::unexpected(ok.error()));
+      }
+      done(session->record);
+    });
+  }
   done(r);
 }
 

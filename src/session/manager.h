@@ -278,6 +278,14 @@ class SessionManager {
                 Done<store::SessionRecord> done);
   void booted(std::shared_ptr<Session> session, Result<std::unique_ptr<runtime::Instance>> instance,
               Done<store::SessionRecord> done);
+  // The template's start command (session/start_command.cc): started as an exec of
+  // the booted session, then (ready_port) waited for until something accepts on that
+  // port inside. `done` on the reactor; an error when it could not start, ended, or
+  // did not listen in time.
+  void run_start_command(std::shared_ptr<Session> session, Done<void> done);
+  void wait_start_ready(std::shared_ptr<Session> session, std::string exec_id,
+                        std::chrono::steady_clock::time_point deadline,
+                        Done<void> done);
   runtime::InstanceSpec instance_spec(const std::string& id, const rootfs::Template& tmpl,
                                       const SessionLimits& limits) const;
   // Launcher thread: boots the sandbox and writes the package manager settings into it

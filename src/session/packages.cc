@@ -8,7 +8,7 @@ namespace {
 
 constexpr std::string_view kDoor = "http://127.0.0.1:3128";
 constexpr std::string_view kKeyring = "/etc/apt/keyrings/cela-packages.gpg";
-constexpr std::string_view kSourceParts = "/etc/apt/cela-sources.d";
+constexpr std::string_view kSourceParts = kPackageSourceParts;
 
 std::string gateway(std::string_view path) { return "http://" + std::string(net::kPackagesHost) + std::string(path); }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/error.h"
@@ -14,6 +15,9 @@
 #include "runtime/runtime.h"
 
 namespace cela::session {
+
+// The directory apt reads for source parts instead of the template's sources.list.d.
+inline constexpr std::string_view kPackageSourceParts = "/etc/apt/cela-sources.d";
 
 // The create body's `packages` object (the API parses with it).
 using net::parse_package_request;

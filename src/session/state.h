@@ -57,6 +57,9 @@ struct ExecState final : runtime::ExecListener {
   std::optional<runtime::Stats> session_at_start;
   int64_t started_wall_ms = 0;
   uint64_t processes = 0;  // programs executed in it (process.exec)
+  // The template's start command (session/start_command.cc): a server that runs for
+  // the session's life, so it does not hold the idle clock.
+  bool service = false;
   std::unique_ptr<boost::asio::steady_timer> start_timer, timeout, grace, linger;
   // While the session is paused, the start and timeout timers are stopped and what was
   // left of them kept here (session/pause.cc): a frozen exec's time does not run out.
@@ -134,7 +137,7 @@ struct Session {
 
   int running_execs() const {
     int n = 0;
-    for (auto& [id, e] : execs) n += !e->finished;
+    for (auto& [id, e] : execs) n += !e->finished && !e->service;
     return n;
   }
 };

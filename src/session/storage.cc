@@ -170,6 +170,15 @@ void SessionManager::rebooted(std::shared_ptr<Session> session, Result<std::uniq
   observe_change(*session, "session.reset", {{"resets", r.resets}, {"startup_ms", r.startup_ms.value_or(0)}});
   SessionRecord out = r;
   fill_disk(out);
+  if (session->tmpl.start) {  // the template's server runs again in the new sandbox
+    return run_start_command(session, [this, session, out, done = std::move(done)](Result<void> ok) {
+      if (!ok) {
+        terminate(session, "failed", "reset_failed", ok.error().message());
+        return done(std::unexpected(ok.error()));
+      }
+      done(out);
+    });
+  }
   done(out);
 }
 

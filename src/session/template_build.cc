@@ -11,9 +11,15 @@
 #include <condition_variable>
 #include <thread>
 
+#include <filesystem>
+
 #include "common/encoding.h"
+#include "common/sha256.h"
+#include "net/egress_proxy.h"
+#include "net/package_gateway.h"
 #include "rootfs/layers.h"
 #include "session/exec_env.h"
+#include "session/packages.h"
 #include "session/session_fs.h"
 #include "store/records.h"
 
@@ -110,8 +116,15 @@ std::string join_path(const std::string& base, const std::string& p) {
 class Builder {
  public:
   Builder(runtime::Backend& backend, const BuildLimits& limits, BuildListener& listener,
-          const std::atomic<bool>& cancel, std::vector<std::pair<std::string, std::string>> binds)
-      : backend_(backend), limits_(limits), listener_(listener), cancel_(cancel), binds_(std::move(binds)) {}
+          const std::atomic<bool>& cancel, std::vector<std::pair<std::string, std::string>> binds,
+          const BuildPackages* packages, std::string tenant_id)
+      : backend_(backend),
+        limits_(limits),
+        listener_(listener),
+        cancel_(cancel),
+        binds_(std::move(binds)),
+        packages_(packages),
+        tenant_id_(std::move(tenant_id)) {}
 
   // Runs `cmd` on the stack in a fresh sandbox. With `layer`, its writable layer is
   // copied there (frozen first). With `capture`, stdout is returned instead of logged.
@@ -124,19 +137,41 @@ class Builder {
     is.rootfs.binds = binds_;
     is.disk_bytes = limits_.disk_mb << 20;
     is.limits = {limits_.memory_mb << 20, limits_.cpus, limits_.pids};
+    const bool door = packages_ && layer;  // only steps that make a layer install anything
+    if (door) is.door_port = net::kDoorPort;
     auto instance = backend_.start(is);
     if (!instance) return std::unexpected(instance.error());
     auto& inst = **instance;
     asio::io_context io;
     std::string died;
     inst.attach(io, [&](std::string why) { died = std::move(why); });
-    auto destroy = [&] { inst.destroy(); };
+    bool door_open = false;
+    auto destroy = [&] {
+      if (door_open) {
+        packages_->proxy->close_door(is.name);
+        packages_->gateway->remove_session(is.name);
+      }
+      inst.destroy();
+    };
+    std::vector<std::string> extra_env;
+    if (door) {
+      if (auto w = write_package_files(inst, packages_->config, packages_->keyring); !w)
+        return destroy(), std::unexpected(w.error());
+      packages_->gateway->add_session(is.name, tenant_id_, packages_->config.ceiling);
+      if (auto d = packages_->proxy->open_door(is.name, tenant_id_, inst.take_door(), net::EgressPolicy{}); !d) {
+        packages_->gateway->remove_session(is.name);
+        return destroy(), std::unexpected(d.error());
+      }
+      door_open = true;
+      extra_env = package_env();
+    }
 
     ExecEnvInput in;
     in.cmd = cmd;
     in.user = as_root ? ExecUser::root : ExecUser::user;
     in.cwd = st.workdir.empty() ? "/" : st.workdir;
     in.base_env = st.env_list();
+    in.base_env.insert(in.base_env.end(), extra_env.begin(), extra_env.end());
     in.fsize_bytes = limits_.disk_mb << 20;
     auto spec = process_spec(st.account, in);
     if (!spec) return destroy(), std::unexpected(spec.error());
@@ -177,6 +212,7 @@ class Builder {
       if (!upper) return destroy(), std::unexpected(upper.error());
       auto copied = rootfs::copy_layer_tree(upper->get(), *layer, {inst.host_id(0), 65536});
       if (!copied) return destroy(), std::unexpected(copied.error());
+      if (door) drop_package_files(*layer);
     }
     exec->reset();
     destroy();
@@ -184,18 +220,29 @@ class Builder {
   }
 
  private:
+  // The gateway settings the step was given stay out of its layer (the stack below
+  // shows through again); a directory only when nothing else is in it.
+  void drop_package_files(const std::string& layer) const {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    for (const auto& f : package_files(packages_->config, packages_->keyring)) fs::remove(layer + f.path, ec);
+    for (std::string_view dir : {kPackageSourceParts, std::string_view("/etc/apt/keyrings")}) fs::remove(layer + std::string(dir), ec);
+  }
+
   runtime::Backend& backend_;
   const BuildLimits& limits_;
   BuildListener& listener_;
   const std::atomic<bool>& cancel_;
   std::vector<std::pair<std::string, std::string>> binds_;
+  const BuildPackages* packages_;
+  std::string tenant_id_;
 };
 
 }  // namespace
 
 Result<rootfs::Template> run_build(runtime::Backend& backend, const TemplateCatalog& catalog,
                                    const BuildRequest& request, const BuildLimits& limits, BuildListener& listener,
-                                   const std::atomic<bool>& cancel) {
+                                   const std::atomic<bool>& cancel, const BuildPackages* packages) {
   const rootfs::BuildSpec& spec = request.spec;
   if (request.tenant_id.empty()) {
     if (!rootfs::valid_template_name(spec.name) || spec.name == "base" || spec.name == rootfs::kHostTemplate)
@@ -229,7 +276,8 @@ Result<rootfs::Template> run_build(runtime::Backend& backend, const TemplateCata
   st.key = parent->digest;
   std::vector<std::pair<std::string, std::string>> binds;
   for (const auto& b : parent->binds) binds.emplace_back(b.source, b.target);
-  Builder builder(backend, limits, listener, cancel, binds);
+  Builder builder(backend, limits, listener, cancel, binds, packages, request.tenant_id);
+  if (packages) listener.log("run steps reach the package gateway (" + std::string(net::kPackagesHost) + ")");
   uint64_t added = 0;
   const size_t count = spec.steps.size();
 
@@ -315,6 +363,17 @@ Result<rootfs::Template> run_build(runtime::Backend& backend, const TemplateCata
     added += meta.size_bytes;
   }
 
+  // The manifest-only inputs (aliases, start command) count too: a changed start
+  // command is a new version with the same layers.
+  std::optional<rootfs::StartCommand> start = spec.start ? spec.start : parent->start;
+  if (!spec.aliases.empty() || spec.start) {
+    std::string extra = st.key;
+    for (const auto& a : spec.aliases) extra += "\nalias " + a;
+    if (spec.start)
+      extra += "\nstart " + spec.start->user + ":" + std::to_string(spec.start->ready_port) + ":" +
+               std::to_string(spec.start->ready_timeout_s) + ":" + spec.start->cmd;
+    st.key = sha256_hex(extra);
+  }
   // The same inputs on the same parent: the current version is this build already.
   if (auto current = rootfs::load_template(store, spec.name); current && current->recipe == st.key) {
     listener.log("up to date: " + spec.name + "@" + current->version);
@@ -331,12 +390,39 @@ Result<rootfs::Template> run_build(runtime::Backend& backend, const TemplateCata
   t.parent = parent->name + "@" + parent->version;
   t.source = "build";
   t.recipe = st.key;
+  t.aliases = spec.aliases;  // never the parent's: they name that template
+  t.start = start;
   auto committed =
       rootfs::commit_stacked_version(store, spec.name, std::move(t), request.tenant_id.empty() ? "host" : request.tenant_id);
   if (!committed) return committed;
   committed->tenant = request.tenant_id;
   listener.log("built " + committed->name + "@" + committed->version + " (" + committed->digest.substr(0, 19) + ")");
   return committed;
+}
+
+// ---- LocalBuildPackages ------------------------------------------------------------
+
+Result<std::unique_ptr<LocalBuildPackages>> LocalBuildPackages::open(const std::string& cache_dir,
+                                                                     std::function<void(const std::string&)> log) {
+  auto config = net::parse_packages_config(nullptr, "");
+  if (!config) return std::unexpected(config.error());
+  config->gateway.cache_dir = cache_dir;
+  auto gateway = net::PackageGateway::open(config->gateway, [log](const net::InstallEvent& e) {
+    if (e.verdict != "allowed") log("  package " + e.name + " " + e.version + " " + e.verdict + ": " + e.reason);
+  });
+  if (!gateway) return std::unexpected(gateway.error());
+  auto proxy = net::EgressProxy::start(net::EgressConfig{}, {}, nullptr);
+  if (!proxy) return std::unexpected(proxy.error());
+  std::unique_ptr<LocalBuildPackages> out(new LocalBuildPackages());
+  out->gateway_ = std::shared_ptr<net::PackageGateway>(std::move(*gateway));
+  out->proxy_ = std::move(*proxy);
+  out->proxy_->add_service(out->gateway_);
+  out->packages_ = BuildPackages{out->proxy_.get(), out->gateway_.get(), std::move(*config), ""};
+  return out;
+}
+
+LocalBuildPackages::~LocalBuildPackages() {
+  if (proxy_) proxy_->stop();
 }
 
 // ---- BuildJob ----------------------------------------------------------------------

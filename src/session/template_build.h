@@ -20,12 +20,46 @@
 #include <vector>
 
 #include "common/error.h"
+#include "net/package_config.h"
 #include "rootfs/build_spec.h"
 #include "rootfs/template.h"
 #include "runtime/runtime.h"
 #include "session/templates.h"
 
+namespace cela::net {
+class EgressProxy;
+}
+
 namespace cela::session {
+
+// How run steps reach package registries: the package gateway (and nothing else)
+// through an egress door of the build sandbox, as a session created with `packages`
+// reaches it; the build's policy is the gateway's ceiling. The settings files the
+// steps are given (apt sources, pip.conf, npmrc) are left out of the layers.
+struct BuildPackages {
+  net::EgressProxy* proxy = nullptr;
+  net::PackageGateway* gateway = nullptr;
+  net::PackagesConfig config;
+  std::string keyring;  // packages.debian_keyring's bytes ("" = none)
+};
+
+// A package gateway and egress proxy of the calling process, for builds without a
+// daemon (`cela template build -f` as host root): the upstreams the machine's own apt,
+// pip and npm use (net/package_config.h machine_upstreams), mode `gateway`, the cache
+// in `cache_dir`. Refused installs are reported to `log`. Both stop with it.
+class LocalBuildPackages {
+ public:
+  static Result<std::unique_ptr<LocalBuildPackages>> open(const std::string& cache_dir,
+                                                          std::function<void(const std::string&)> log);
+  ~LocalBuildPackages();
+  const BuildPackages& packages() const { return packages_; }
+
+ private:
+  LocalBuildPackages() = default;
+  std::shared_ptr<net::PackageGateway> gateway_;
+  std::unique_ptr<net::EgressProxy> proxy_;
+  BuildPackages packages_;
+};
 
 struct BuildLimits {
   uint64_t memory_mb = 1024;
@@ -55,10 +89,10 @@ struct BuildRequest {
 };
 
 // Runs the build; returns the committed version. `cancel` set: the running step is
-// killed and the build fails.
+// killed and the build fails. Without `packages`, run steps have no network at all.
 Result<rootfs::Template> run_build(runtime::Backend& backend, const TemplateCatalog& catalog,
                                    const BuildRequest& request, const BuildLimits& limits, BuildListener& listener,
-                                   const std::atomic<bool>& cancel);
+                                   const std::atomic<bool>& cancel, const BuildPackages* packages = nullptr);
 
 // One build the daemon runs: its log as numbered events (replayed to late followers),
 // its state and, at the end, its template or error. Thread-safe.

@@ -78,6 +78,33 @@ TEST(BuildSpec, JsonSteps) {
   EXPECT_FALSE(parse_build_json(unknown, false));
 }
 
+TEST(BuildSpec, AliasesAndStartCommand) {
+  auto body = boost::json::parse(
+                  R"({"steps":[{"run":"true"}],"aliases":["ci-v1"],)"
+                  R"("start":{"cmd":"exec server","user":"user","ready_port":49999,"ready_timeout_s":30}})")
+                  .as_object();
+  auto spec = parse_build_json(body, false);
+  ASSERT_TRUE(spec) << spec.error().message();
+  EXPECT_EQ(spec->aliases, std::vector<std::string>{"ci-v1"});
+  ASSERT_TRUE(spec->start);
+  EXPECT_EQ(spec->start->cmd, "exec server");
+  EXPECT_EQ(spec->start->user, "user");
+  EXPECT_EQ(spec->start->ready_port, 49999);
+  EXPECT_EQ(spec->start->ready_timeout_s, 30u);
+  for (const char* bad : {R"({"steps":[],"aliases":["../x"]})", R"({"steps":[],"start":{"cmd":""}})",
+                          R"({"steps":[],"start":{"cmd":"x","ready_port":70000}})",
+                          R"({"steps":[],"start":{"cmd":"x","ready_timeout_s":0}})",
+                          R"({"steps":[],"start":{"cmd":"x","when":"boot"}})"}) {
+    auto b = boost::json::parse(bad).as_object();
+    EXPECT_FALSE(parse_build_json(b, false)) << bad;
+  }
+  auto plain = boost::json::parse(R"({"steps":[]})").as_object();
+  auto p = parse_build_json(plain, false);
+  ASSERT_TRUE(p);
+  EXPECT_FALSE(p->start);
+  EXPECT_EQ(p->start.value_or(StartCommand{}).ready_timeout_s, 60u);
+}
+
 TEST(BuildSpec, StepKeysDependOnParentContentAndContext) {
   BuildStep run;
   run.text = "echo hi";

@@ -124,6 +124,40 @@ TEST(TemplateStore, CommitLoadRoundTrip) {
   EXPECT_EQ(*layer_digest(loaded->layers[0]), manifest.digest);
 }
 
+TEST(TemplateStore, AliasesAndStartCommandInTheManifest) {
+  TempDir tmp;
+  TemplateStore store{tmp.path() + "/templates", tmp.path() + "/cache"};
+  auto staged = StagedVersion::create(store, "demo");
+  ASSERT_TRUE(staged) << staged.error().message();
+  put(staged->layer_dir() + "/etc/motd", "hello\n");
+  Template manifest = demo_manifest("v1", staged->layer_dir());
+  manifest.aliases = {"demo-v1"};
+  manifest.start = StartCommand{"exec srv --port 9", "user", 9, 20};
+  ASSERT_TRUE(staged->commit(manifest));
+
+  auto loaded = load_template(store, "demo");
+  ASSERT_TRUE(loaded) << loaded.error().message();
+  EXPECT_EQ(loaded->aliases, std::vector<std::string>{"demo-v1"});
+  ASSERT_TRUE(loaded->start);
+  EXPECT_EQ(loaded->start->cmd, "exec srv --port 9");
+  EXPECT_EQ(loaded->start->ready_port, 9);
+  EXPECT_EQ(loaded->start->ready_timeout_s, 20u);
+
+  // The alias finds the template, current version and by version; other names do not.
+  auto by_alias = load_template(store, "demo-v1");
+  ASSERT_TRUE(by_alias) << by_alias.error().message();
+  EXPECT_EQ(by_alias->name, "demo");
+  EXPECT_EQ(by_alias->version, "v1");
+  auto versioned = load_template_version(store, "demo-v1", "v1");
+  ASSERT_TRUE(versioned) << versioned.error().message();
+  EXPECT_EQ(versioned->name, "demo");
+  EXPECT_EQ(alias_target(store, "demo-v1"), std::optional<std::string>("demo"));
+  auto missing = load_template(store, "demo-v2");
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, ErrorCode::not_found);
+  EXPECT_FALSE(alias_target(store, "demo"));
+}
+
 TEST(TemplateStore, NewVersionBecomesCurrentOldOneStays) {
   TempDir tmp;
   TemplateStore store{tmp.path() + "/templates", tmp.path() + "/cache"};

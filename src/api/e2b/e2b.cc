@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "api/e2b/ports.h"
+
 namespace cela::api::e2b {
 
 void add_e2b_routes(E2bContext& ctx) {
@@ -11,6 +13,7 @@ void add_e2b_routes(E2bContext& ctx) {
   add_control_routes(ctx);
   add_envd_health_route(ctx);
   add_envd_process_routes(ctx);
+  add_port_routes(ctx);
 }
 
 Authenticator make_sandbox_authenticator(const SandboxTokens& tokens) {
