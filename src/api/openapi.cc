@@ -106,7 +106,7 @@ json::object success_response(const ResponseDoc& r) {
   return o;
 }
 
-json::object error_response(const std::vector<DocumentedError>& errors) {
+json::object error_response(const std::vector<DocumentedError>& errors, ErrorStyle style) {
   std::string description;
   bool retry_after = false, www_authenticate = false;
   for (const DocumentedError& e : errors) {
@@ -117,7 +117,7 @@ json::object error_response(const std::vector<DocumentedError>& errors) {
   }
   json::object o{{"description", description},
                  {"content", json::object{{"application/json",
-                                           json::object{{"schema", docs::ref("Error")}}}}}};
+                                           json::object{{"schema", docs::ref(style == ErrorStyle::e2b ? "E2bError" : "Error")}}}}}};
   json::object headers;
   if (retry_after)
     headers["Retry-After"] = header("seconds to wait before retrying", docs::integer_schema());
@@ -135,7 +135,7 @@ json::object responses(const Route& route) {
     if (auto e = error_of(code)) by_status[e->error.status].push_back(*e);
   }
   for (const auto& [status, errors] : by_status)
-    out[std::to_string(status)] = error_response(errors);
+    out[std::to_string(status)] = error_response(errors, route.options.error_style);
   return out;
 }
 
@@ -166,7 +166,8 @@ json::array tags() {
         std::pair{"files", "files of a session, resolved inside its root"},
         std::pair{"admin", "tenants and keys (admin key)"},
         std::pair{"audit", "the hash-chained audit log, tenant-scoped"},
-        std::pair{"secrets", "tenant secrets: set, list (names only), delete"}})
+        std::pair{"secrets", "tenant secrets: set, list (names only), delete"},
+        std::pair{"e2b", "E2B's control plane (docs/e2b.md): sandboxes for E2B's SDKs, errors in E2B's shape"}})
     out.push_back(json::object{{"name", name}, {"description", description}});
   return out;
 }

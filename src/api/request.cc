@@ -58,6 +58,16 @@ std::optional<std::string_view> bearer_token(const Request& request) {
   return token;
 }
 
+std::optional<std::string_view> api_key_header(const Request& request) {
+  auto value = request.header("X-API-KEY");
+  if (!value) return std::nullopt;
+  std::string_view token = *value;
+  while (!token.empty() && token.front() == ' ') token.remove_prefix(1);
+  while (!token.empty() && token.back() == ' ') token.remove_suffix(1);
+  if (token.empty()) return std::nullopt;
+  return token;
+}
+
 std::optional<std::string_view> last_event_id(const Request& request) {
   return request.header("Last-Event-ID");
 }

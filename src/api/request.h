@@ -74,6 +74,9 @@ struct Request {
 // The key of "Authorization: Bearer <key>" (scheme case-insensitive), if present.
 std::optional<std::string_view> bearer_token(const Request& request);
 
+// The key of "X-API-KEY: <key>" (E2B's SDKs), trimmed, if present and not empty.
+std::optional<std::string_view> api_key_header(const Request& request);
+
 // The Last-Event-ID header of an SSE reconnect, if present.
 std::optional<std::string_view> last_event_id(const Request& request);
 // The same, for streams whose ids are byte offsets: absent -> nullopt,

@@ -2,6 +2,7 @@
 // what cela answers, each written next to the name of the code that renders it.
 #include <boost/json.hpp>
 
+#include "api/e2b/control_docs.h"
 #include "api/route_docs.h"
 
 namespace cela::api {
@@ -290,6 +291,7 @@ const json::object& component_schemas() {
   static const json::object schemas = [] {
     json::object s;
     s["Error"] = error_schema();
+    for (auto& kv : e2b::docs::schemas()) s[kv.key()] = kv.value();  // E2B's (api/e2b/control_docs.h)
     s["Health"] = object_schema({{"status", enum_schema({"ok"})}}, {"status"});
     s["Readiness"] = object_schema({{"status", enum_schema({"ready", "full"})},
                                     {"live_sessions", integer_schema()},
@@ -544,11 +546,13 @@ const json::object& component_schemas() {
     s["CreateKey"] = object_schema(
         {{"admin", boolean_schema("default false: manages its own tenant")},
          {"host_admin", boolean_schema("default false: acts across tenants; implies admin; only a "
-                                       "host admin key may ask for it")}});
+                                       "host admin key may ask for it")},
+         {"e2b", boolean_schema("default false: spell the key as E2B's SDKs expect, e2b_<64 hex> "
+                                "(docs/e2b.md); otherwise the same key")}});
     s["Key"] = object_schema(
         {{"id", string_schema("k-<16 hex>, safe to show and log")},
          {"tenant_id", string_schema()},
-         {"key", string_schema("cela_<64 hex>: shown once, only its sha256 is stored")},
+         {"key", string_schema("cela_<64 hex> (e2b_<64 hex> with `e2b`): shown once, only its sha256 is stored")},
          {"admin", boolean_schema()},
          {"host_admin", boolean_schema()}},
         {"id", "tenant_id", "key", "admin", "host_admin"});

@@ -83,7 +83,10 @@ void create_key(RouteContext& ctx, Request& req, Responder& res) {
     body = std::move(*b);
   }
   JsonFields f(body);
-  if (auto ok = f.only({"admin", "host_admin"}); !ok) return res.error(ok.error());
+  if (auto ok = f.only({"admin", "host_admin", "e2b"}); !ok) return res.error(ok.error());
+  auto e2b = f.boolean("e2b");
+  if (!e2b) return res.error(e2b.error());
+  auto form = e2b->value_or(false) ? store::KeyForm::e2b : store::KeyForm::cela;
   auto admin = f.boolean("admin");
   if (!admin) return res.error(admin.error());
   auto host_admin = f.boolean("host_admin");
@@ -92,10 +95,10 @@ void create_key(RouteContext& ctx, Request& req, Responder& res) {
   if (host && !req.principal->host_admin)
     return res.error(ApiError::forbidden("only a host admin key can issue a host admin key"));
   answer_blocking(ctx, res, 201,
-                  [&ctx, t, admin = admin->value_or(false) || host, host]() -> ApiResult<json::value> {
+                  [&ctx, t, admin = admin->value_or(false) || host, host, form]() -> ApiResult<json::value> {
                     if (auto tenant = ctx.sessions.tenants().get(t); !tenant)
                       return std::unexpected(ApiError::not_found("no tenant " + t));
-                    auto key = ctx.sessions.tenants().create_key(t, admin, host);
+                    auto key = ctx.sessions.tenants().create_key(t, admin, host, form);
                     if (!key) return std::unexpected(from_error(key.error()));
                     // The only time the key is ever shown: it is stored hashed.
                     return json::value(json::object{{"id", key->id},

@@ -127,7 +127,9 @@ Authenticator make_authenticator(RouteContext& ctx) {
       auth_failed(request, "a non-root peer on the local socket without a key");
       return std::unexpected(ApiError::unauthorized("only root may use the local socket without a key"));
     }
+    // E2B's SDKs send the same key as X-API-KEY (docs/e2b.md): the same lookup.
     auto token = bearer_token(request);
+    if (!token) token = api_key_header(request);
     if (!token) {
       auth_failed(request, "no key");
       return std::unexpected(ApiError::unauthorized());

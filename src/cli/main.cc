@@ -6,6 +6,7 @@
 
 #include "cli/audit_cmd.h"
 #include "cli/client_cmds.h"
+#include "cli/key_cmd.h"
 #include "cli/run_cmd.h"
 #include "cli/serve_cmd.h"
 #include "cli/template_cmd.h"
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
   cela::cli::add_serve_command(app, exit_code);
   cela::cli::add_client_commands(app, exit_code);
   cela::cli::add_audit_commands(app, exit_code);
+  cela::cli::add_key_commands(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -257,6 +257,7 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
   session->allow_sudo = sudo_allowed(*tmpl, spec.allow_sudo);
   session->auto_pause_s = spec.auto_pause_s;
   session->auto_resume = spec.auto_resume;
+  session->pause_at_ttl = spec.pause_at_ttl;
   session->expires = Clock::now() + std::chrono::seconds(spec.limits.ttl_s);
   session->files = spec.files.value_or(config_.files);
   if (auto g = resolve_grants(caller, *session, spec.secrets); !g) return give_back(g.error());
@@ -275,7 +276,8 @@ void SessionManager::admitted(const Caller& caller, CreateSessionSpec spec, Cloc
             .disk_kind = disk_kind,
             .volumes = spec.volumes,
             .auto_pause_s = spec.auto_pause_s,
-            .auto_resume = spec.auto_resume};
+            .auto_resume = spec.auto_resume,
+            .pause_at_ttl = spec.pause_at_ttl};
   int64_t now = store::now_ms();
   r.created_at = store::format_rfc3339(now);
   r.expires_at = store::format_rfc3339(now + static_cast<int64_t>(spec.limits.ttl_s) * 1000);
@@ -555,6 +557,7 @@ void SessionManager::patch(const Caller& caller, const std::string& id, PatchSpe
     s.record = std::move(next);
     s.limits.ttl_s = *spec.ttl_s;
     s.expires = Clock::now() + std::chrono::seconds(*spec.ttl_s);
+    s.parked = false;
     arm_session_timer(*found);
     done(s.record);
   });

@@ -318,6 +318,8 @@ class SessionManager {
   void terminate(const std::shared_ptr<Session>& session, std::string state, std::string reason,
                  std::string message);
   void arm_session_timer(const std::shared_ptr<Session>& session);
+  // timers.cc: the TTL of a pause_at_ttl session ran out: paused, and kept maxima.ttl_s more.
+  void park(const std::shared_ptr<Session>& session);
   // Storage (session/storage.cc): volumes of a create, checked and claimed for the
   // session (reactor); given back when it ends; the live disk meters get() reads.
   Result<void> claim_volumes(Session& session, const std::vector<VolumeMountSpec>& volumes);

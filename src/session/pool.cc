@@ -261,6 +261,7 @@ bool SessionManager::claim_pooled(const Caller& caller, const CreateSessionSpec&
   s.allow_sudo = sudo_allowed(s.tmpl, spec.allow_sudo);
   s.auto_pause_s = spec.auto_pause_s;
   s.auto_resume = spec.auto_resume;
+  s.pause_at_ttl = spec.pause_at_ttl;
   s.expires = Clock::now() + std::chrono::seconds(spec.limits.ttl_s);
   s.last_activity = Clock::now();
   s.files = spec.files.value_or(config_.files);
@@ -277,7 +278,8 @@ bool SessionManager::claim_pooled(const Caller& caller, const CreateSessionSpec&
             .disk_kind = config_.disk.kind,
             .volumes = {},
             .auto_pause_s = spec.auto_pause_s,
-            .auto_resume = spec.auto_resume};
+            .auto_resume = spec.auto_resume,
+            .pause_at_ttl = spec.pause_at_ttl};
   int64_t now = store::now_ms();
   r.created_at = store::format_rfc3339(now);
   r.ready_at = r.created_at;

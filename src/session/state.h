@@ -110,6 +110,10 @@ struct Session {
   std::vector<std::function<void()>> after_freeze;
   uint64_t auto_pause_s = 0;
   bool auto_resume = false;
+  // pause_at_ttl (types.h); `parked` once its TTL paused it and gave it the paused
+  // lease (until a new TTL is set): the next expiry ends it.
+  bool pause_at_ttl = false;
+  bool parked = false;
   // While it waits in a warm pool (session/pool.cc): booted, never given code, no
   // tenant, not in the live map. nullptr for every session callers can see.
   WarmPool* pool = nullptr;

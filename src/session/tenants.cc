@@ -12,8 +12,9 @@ Result<TenantRecord> Tenants::get(std::string_view tenant_id) { return store_.ge
 
 Result<std::vector<TenantRecord>> Tenants::list() { return store_.list_tenants(); }
 
-Result<IssuedKey> Tenants::create_key(std::string_view tenant_id, bool admin, bool host_admin) {
-  return store_.create_key(tenant_id, admin, host_admin);
+Result<IssuedKey> Tenants::create_key(std::string_view tenant_id, bool admin, bool host_admin,
+                                      store::KeyForm form) {
+  return store_.create_key(tenant_id, admin, host_admin, form);
 }
 
 Result<std::optional<KeyRecord>> Tenants::authenticate(std::string_view key) { return store_.authenticate(key); }

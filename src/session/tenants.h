@@ -25,7 +25,9 @@ class Tenants {
   Result<std::vector<TenantRecord>> list();  // oldest first
   // A new key; its plaintext is in the answer only. `host_admin` keys act across
   // tenants (only a host admin may mint one: the API checks the caller).
-  Result<IssuedKey> create_key(std::string_view tenant_id, bool admin, bool host_admin);
+  // form: KeyForm::e2b spells it as E2B's SDKs expect (`e2b_<hex>`), nothing else differs.
+  Result<IssuedKey> create_key(std::string_view tenant_id, bool admin, bool host_admin,
+                               store::KeyForm form = store::KeyForm::cela);
   // The key's record when `key` is live (not revoked), nullopt otherwise.
   Result<std::optional<KeyRecord>> authenticate(std::string_view key);
 

@@ -37,6 +37,7 @@ void SessionManager::arm_session_timer(const std::shared_ptr<Session>& session) 
     auto s = weak.lock();
     if (!s || s->ended) return;
     auto now = Clock::now();
+    if (now >= s->expires && s->pause_at_ttl && !s->parked) return park(s);
     if (now >= s->expires)
       return terminate(s, "terminated", "ttl_expired", "the session's ttl of " + std::to_string(s->limits.ttl_s) + " s ran out");
     auto idle_for = [&](uint64_t seconds) {
@@ -53,6 +54,24 @@ void SessionManager::arm_session_timer(const std::shared_ptr<Session>& session) 
     }
     arm_session_timer(s);  // activity moved the deadline
   });
+}
+
+void SessionManager::park(const std::shared_ptr<Session>& session) {
+  assert_on_reactor();
+  Session& s = *session;
+  s.parked = true;
+  const auto lease = std::chrono::seconds(config_.maxima.ttl_s);
+  SessionRecord next = s.record;
+  next.expires_at = store::format_rfc3339(store::now_ms() + static_cast<int64_t>(config_.maxima.ttl_s) * 1000);
+  if (auto u = store_.update_session(next); !u)
+    std::fprintf(stderr, "cela: recording the paused lease of %s: %s\n", s.record.id.c_str(), u.error().message().c_str());
+  else
+    s.record.expires_at = next.expires_at;
+  s.expires = Clock::now() + lease;
+  set_frozen(session, true, [id = s.record.id](Result<void> r) {
+    if (!r) std::fprintf(stderr, "cela: pause at the ttl of %s: %s\n", id.c_str(), r.error().message().c_str());
+  });
+  arm_session_timer(session);  // the new expiry (set_frozen re-arms again once settled)
 }
 
 void SessionManager::arm_retention() {

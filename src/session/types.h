@@ -75,6 +75,9 @@ struct CreateSessionSpec {
   std::optional<bool> allow_sudo;  // unset: what the template promises
   uint64_t auto_pause_s = 0;       // pause once idle this long; 0 = never (session/pause.cc)
   bool auto_resume = false;        // an exec or file call on a paused session resumes it
+  // When the TTL runs out the session is paused instead of ended, and then kept paused
+  // for maxima.ttl_s more (a new TTL, e.g. PATCH ttl_s, makes it end at that one again).
+  bool pause_at_ttl = false;
   bool use_pool = true;            // `"pool": false` always boots a fresh sandbox
   // "network": mode none (no door) or allowlist (the door, under these rules).
   NetworkPolicy network;

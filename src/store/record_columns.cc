@@ -86,6 +86,7 @@ std::string spec_column(const KeptSpec& s) {
   }
   if (s.auto_pause_s) o["auto_pause_s"] = s.auto_pause_s;
   if (s.auto_resume) o["auto_resume"] = true;
+  if (s.pause_at_ttl) o["pause_at_ttl"] = true;
   return json::serialize(o);
 }
 
@@ -106,6 +107,7 @@ Result<KeptSpec> read_spec_column(std::string_view text) {
     }
     if (auto r = set_if(f.integer("auto_pause_s"), s.auto_pause_s); !r) return r;
     if (auto r = set_if(f.boolean("auto_resume"), s.auto_resume); !r) return r;
+    if (auto r = set_if(f.boolean("pause_at_ttl"), s.pause_at_ttl); !r) return r;
     return set_if(f.boolean("allow_sudo"), s.allow_sudo);
   });
 }

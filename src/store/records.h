@@ -72,8 +72,13 @@ struct KeyRecord {
 // What create_key hands back, once: `key` is the only copy of the plaintext.
 struct IssuedKey {
   std::string id;
-  std::string key;  // "cela_<64 hex>"
+  std::string key;  // "cela_<64 hex>", or "e2b_<64 hex>" (KeyForm::e2b)
 };
+
+// How a new key is spelt: cela's own form, or E2B's (`e2b_<hex>`, what E2B's SDKs
+// expect in E2B_API_KEY; docs/e2b.md). The form changes nothing else: both are
+// ordinary keys of their tenant, stored hashed, accepted wherever a key is.
+enum class KeyForm { cela, e2b };
 
 // ---- Sessions ----
 
@@ -125,6 +130,7 @@ struct KeptSpec {
   std::vector<VolumeMountSpec> volumes;
   uint64_t auto_pause_s = 0;  // pause after this many idle seconds; 0 = never
   bool auto_resume = false;   // an exec or file call on a paused session resumes it
+  bool pause_at_ttl = false;  // the TTL pauses the session instead of ending it
   bool operator==(const KeptSpec&) const = default;
 };
 

@@ -540,8 +540,8 @@ Result<std::vector<TenantRecord>> Store::list_tenants() {
 
 // ---- API keys ----
 
-Result<IssuedKey> Store::insert_key_locked(std::string_view tenant_id, bool admin, bool host_admin) {
-  IssuedKey issued{new_id("k"), "cela_" + hex_encode(random_bytes(32))};
+Result<IssuedKey> Store::insert_key_locked(std::string_view tenant_id, bool admin, bool host_admin, KeyForm form) {
+  IssuedKey issued{new_id("k"), (form == KeyForm::e2b ? "e2b_" : "cela_") + hex_encode(random_bytes(32))};
   auto stmt = db_.prepare(
       "INSERT INTO api_keys (" + std::string(kKeyColumns) + ", hash) VALUES (?, ?, ?, ?, 0, ?, ?)",
       "create key");
@@ -551,7 +551,7 @@ Result<IssuedKey> Store::insert_key_locked(std::string_view tenant_id, bool admi
   return issued;
 }
 
-Result<IssuedKey> Store::create_key(std::string_view tenant_id, bool admin, bool host_admin) {
+Result<IssuedKey> Store::create_key(std::string_view tenant_id, bool admin, bool host_admin, KeyForm form) {
   std::lock_guard lock(mu_);
   {
     auto stmt = db_.prepare("SELECT 1 FROM tenants WHERE id = ?", "create key: find tenant");
@@ -561,7 +561,7 @@ Result<IssuedKey> Store::create_key(std::string_view tenant_id, bool admin, bool
     if (!row) return std::unexpected(row.error());
     if (!*row) return std::unexpected(not_found("create key: tenant " + std::string(tenant_id)));
   }
-  return insert_key_locked(tenant_id, admin, host_admin);
+  return insert_key_locked(tenant_id, admin, host_admin, form);
 }
 
 Result<std::optional<KeyRecord>> Store::authenticate(std::string_view key) {
@@ -847,6 +847,8 @@ Result<SessionPage> Store::list_sessions(std::string_view tenant_id, const Sessi
     return fail(ErrorCode::invalid_argument,
                 "list sessions: unknown state '" + *filter.state + "'");
   }
+  for (const auto& s : filter.any_state)
+    if (!is_session_state(s)) return fail(ErrorCode::invalid_argument, "list sessions: unknown state '" + s + "'");
   std::optional<std::pair<int64_t, std::string>> after;
   if (!page.cursor.empty()) {
     auto decoded = decode_cursor(page.cursor);
@@ -857,6 +859,11 @@ Result<SessionPage> Store::list_sessions(std::string_view tenant_id, const Sessi
   // Newest first; (created_ms, id) is unique, so "after the cursor row" is exact.
   std::string sql = select_from(kSessionColumns, "FROM sessions WHERE tenant_id = ?");
   if (filter.state) sql += " AND state = ?";
+  if (!filter.any_state.empty()) {
+    sql += " AND state IN (?";
+    for (size_t i = 1; i < filter.any_state.size(); ++i) sql += ", ?";
+    sql += ")";
+  }
   if (after) sql += " AND (created_ms, id) < (?, ?)";
   for (size_t i = 0; i < filter.metadata.size(); ++i) {
     // json_each rather than a JSON path: metadata keys may hold any character.
@@ -870,6 +877,7 @@ Result<SessionPage> Store::list_sessions(std::string_view tenant_id, const Sessi
   int index = 0;
   stmt->bind_at(++index, tenant_id);
   if (filter.state) stmt->bind_at(++index, *filter.state);
+  for (const auto& s : filter.any_state) stmt->bind_at(++index, s);
   if (after) {
     stmt->bind_at(++index, after->first);
     stmt->bind_at(++index, after->second);

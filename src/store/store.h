@@ -42,6 +42,7 @@ namespace cela::store {
 // GET /v1/sessions filters: all given conditions must hold.
 struct SessionFilter {
   std::optional<std::string> state;
+  std::vector<std::string> any_state;  // when not empty: the state is one of these
   std::map<std::string, std::string> metadata;  // metadata.K == V for every entry
 };
 
@@ -82,9 +83,11 @@ class Store {
   Result<std::vector<TenantRecord>> list_tenants();  // oldest first
 
   // ---- API keys ----
-  // A new "cela_<64 hex>" key for an existing tenant; the plaintext is only in the
-  // returned value. A host admin key is an admin key too (KeyRecord).
-  Result<IssuedKey> create_key(std::string_view tenant_id, bool admin, bool host_admin = false);
+  // A new "cela_<64 hex>" key ("e2b_<64 hex>" for KeyForm::e2b) for an existing tenant;
+  // the plaintext is only in the returned value. A host admin key is an admin key too
+  // (KeyRecord).
+  Result<IssuedKey> create_key(std::string_view tenant_id, bool admin, bool host_admin = false,
+                               KeyForm form = KeyForm::cela);
   // The key's record when `key` is a live (not revoked) key, nullopt otherwise.
   // Always hashes the whole input; the lookup is by hash only.
   Result<std::optional<KeyRecord>> authenticate(std::string_view key);
@@ -205,7 +208,8 @@ class Store {
   explicit Store(Db db) : db_(std::move(db)) {}
   Result<void> migrate();
   Result<void> insert_session_locked(const SessionRecord& session, const std::string& step);
-  Result<IssuedKey> insert_key_locked(std::string_view tenant_id, bool admin, bool host_admin);
+  Result<IssuedKey> insert_key_locked(std::string_view tenant_id, bool admin, bool host_admin,
+                                      KeyForm form = KeyForm::cela);
   Result<TenantRecord> insert_tenant_locked(std::string_view name, const Quotas& quotas);
   Result<Usage> live_usage_locked(std::optional<std::string_view> tenant_id);
   Result<std::vector<SessionRecord>> query_sessions(Stmt& stmt);

@@ -30,11 +30,16 @@ Result<std::unique_ptr<DaemonRoutes>> DaemonRoutes::open() {
       api::RouteContext{*d->server_, *d->sessions_, ""});
   d->server_->set_authenticator(api::make_authenticator(*d->context_));
   api::add_api_routes(*d->context_);
+  d->tokens_ = std::make_unique<api::e2b::SandboxTokens>(std::string(32, 'k'));
+  d->e2b_ = std::make_unique<api::e2b::E2bContext>(api::e2b::E2bContext{*d->context_, *d->tokens_});
+  api::e2b::add_e2b_routes(*d->e2b_);
   return d;
 }
 
 DaemonRoutes::~DaemonRoutes() {
   if (server_) server_->stop();
+  e2b_.reset();
+  tokens_.reset();
   context_.reset();
   server_.reset();
   sessions_.reset();

@@ -1,6 +1,7 @@
 // DaemonRoutes: the daemon's route table without a daemon: a Store and a
 // SessionManager on a temporary state directory, an HttpServer that is never started,
-// and every route registered by api::add_api_routes, exactly as `cela serve` does. For
+// and every route registered by api::add_api_routes and api::e2b::add_e2b_routes,
+// exactly as `cela serve` does. For
 // the OpenAPI tests (tests/unit/openapi_test.cc, dump_openapi.cc). No session is ever
 // created; the state directory is removed on destruction. serve() starts the server on
 // a unix socket in that directory only (no TCP), for a test that asks the real
@@ -10,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "api/e2b/e2b.h"
 #include "api/routes.h"
 #include "api/server.h"
 #include "common/error.h"
@@ -33,6 +35,8 @@ class DaemonRoutes {
   std::unique_ptr<session::SessionManager> sessions_;
   std::unique_ptr<api::HttpServer> server_;
   std::unique_ptr<api::RouteContext> context_;
+  std::unique_ptr<api::e2b::SandboxTokens> tokens_;
+  std::unique_ptr<api::e2b::E2bContext> e2b_;
 };
 
 }  // namespace cela::test_support

@@ -274,6 +274,30 @@ TEST_F(StoreBootstrapTest, HostAdminKeysAreMarkedAndOnlyWhenAsked) {
   EXPECT_EQ(role(host_admin->key), std::pair(true, true));
 }
 
+// KeyForm::e2b: E2B's spelling (the Python SDK checks ^e2b_[0-9a-f]+$), and otherwise
+// an ordinary key of its tenant; the default form is unchanged.
+TEST_F(StoreBootstrapTest, E2bFormKeysAreSpeltForE2bAndAuthenticate) {
+  (void)store_->bootstrap(Quotas{});
+  auto other = store_->create_tenant("other", Quotas{});
+  ASSERT_TRUE(other);
+  auto e2b = store_->create_key(other->id, false, false, KeyForm::e2b);
+  auto plain = store_->create_key(other->id, false);
+  ASSERT_TRUE(e2b && plain);
+  auto hex_after = [](const std::string& key, std::string_view prefix) {
+    if (!key.starts_with(prefix) || key.size() != prefix.size() + 64) return false;
+    return key.find_first_not_of("0123456789abcdef", prefix.size()) == std::string::npos;
+  };
+  EXPECT_TRUE(hex_after(e2b->key, "e2b_")) << e2b->key;
+  EXPECT_TRUE(hex_after(plain->key, "cela_")) << plain->key;
+  auto found = store_->authenticate(e2b->key);
+  ASSERT_TRUE(found && *found);
+  EXPECT_EQ((*found)->tenant_id, other->id);
+  EXPECT_EQ((*found)->id, e2b->id);
+  EXPECT_FALSE((*found)->admin);
+  // The same hex under the other prefix is not the key.
+  EXPECT_FALSE(**store_->authenticate("cela_" + e2b->key.substr(4)));
+}
+
 // Migration 4: before it every admin key acted across tenants; after it only the
 // default tenant's (the operator's) do.
 TEST_F(StoreBootstrapTest, MigrationKeepsOnlyTheDefaultTenantsAdminKeysHostWide) {
@@ -486,6 +510,29 @@ TEST_F(StoreTest, ListPagesWithStableCursors) {
             ErrorCode::invalid_argument);
   EXPECT_EQ(store_->list_sessions(alpha_, {}, PageRequest{10, "abcd"}).error().code,
             ErrorCode::invalid_argument);
+}
+
+// any_state: one of several states (E2B's "running" is starting, ready or running).
+TEST_F(StoreTest, ListFiltersByAnyOfSeveralStates) {
+  const std::string ready = insert(alpha_, "ready").id;
+  const std::string paused = insert(alpha_, "paused").id;
+  insert(alpha_, "terminated");
+  SessionFilter live;
+  live.any_state = {"ready", "running", "paused"};
+  auto page = store_->list_sessions(alpha_, live, {});
+  ASSERT_TRUE(page) << page.error().message();
+  std::set<std::string> ids;
+  for (const auto& r : page->records) ids.insert(r.id);
+  EXPECT_EQ(ids, (std::set<std::string>{ready, paused}));
+  SessionFilter only_paused;
+  only_paused.any_state = {"paused"};
+  auto p = store_->list_sessions(alpha_, only_paused, {});
+  ASSERT_TRUE(p);
+  ASSERT_EQ(p->records.size(), 1u);
+  EXPECT_EQ(p->records[0].id, paused);
+  SessionFilter bad;
+  bad.any_state = {"ready", "sleeping"};
+  EXPECT_EQ(store_->list_sessions(alpha_, bad, {}).error().code, ErrorCode::invalid_argument);
 }
 
 TEST_F(StoreTest, ListFiltersByStateAndMetadata) {

@@ -1,11 +1,14 @@
 #include "api/e2b/e2b.h"
 
+#include "api/e2b/control.h"
+
 #include <string>
 
 namespace cela::api::e2b {
 
 void add_e2b_routes(E2bContext& ctx) {
   ctx.api.server.set_sandbox_authenticator(make_sandbox_authenticator(ctx.tokens));
+  add_control_routes(ctx);
 }
 
 Authenticator make_sandbox_authenticator(const SandboxTokens& tokens) {
