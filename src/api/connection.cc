@@ -275,6 +275,15 @@ void Connection::kick_stream() {
   post([](Connection& c) { c.pump_stream(); });
 }
 
+void Connection::schedule(std::chrono::milliseconds delay, std::function<void()> fn) {
+  post([delay, fn = std::move(fn)](Connection& c) mutable {
+    auto timer = std::make_shared<asio::steady_timer>(c.socket_.get_executor(), delay);
+    timer->async_wait([timer, fn = std::move(fn)](error_code ec) {
+      if (!ec) fn();
+    });
+  });
+}
+
 void Connection::abort_stream() {
   post([](Connection& c) { c.finish(); });
 }

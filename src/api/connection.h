@@ -74,6 +74,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
                     StreamKind kind);
   void kick_stream();
   void abort_stream();
+  // Runs `fn` on the strand after `delay` (a stream's timers, StreamChannel::after).
+  // Not cancelled when the connection ends: `fn` checks what it needs.
+  void schedule(std::chrono::milliseconds delay, std::function<void()> fn);
   void close();
   // A streamed route hands its request to `relay` (api/relay.h), which answers it whole.
   void relay(std::shared_ptr<Relay> relay);

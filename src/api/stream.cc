@@ -108,4 +108,12 @@ void ChunkedWriter::on_close(std::function<void()> fn) {
   channel_->on_close(std::move(fn));
 }
 
+void ChunkedWriter::on_drained(std::size_t max_queued, std::function<void()> fn) {
+  channel_->on_drained(max_queued, std::move(fn));
+}
+
+void ChunkedWriter::after(std::chrono::milliseconds delay, std::function<void()> fn) {
+  channel_->after(delay, std::move(fn));
+}
+
 }  // namespace cela::api

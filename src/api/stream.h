@@ -15,6 +15,7 @@
 // caller's thread, when it has already ended); they must not block.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -74,6 +75,12 @@ class ChunkedWriter {
   void abort();
   bool closed() const;
   void on_close(std::function<void()> fn);
+  // As SseStream::on_drained: for producers that pace themselves with try_write.
+  void on_drained(std::size_t max_queued, std::function<void()> fn);
+  // Runs `fn` once, on an io thread, `delay` from now (a protocol's keepalive or
+  // deadline). Never when the response has ended by then; `fn` must not block and
+  // should hold the stream weakly (the timer outlives nothing but itself).
+  void after(std::chrono::milliseconds delay, std::function<void()> fn);
 
  private:
   std::shared_ptr<detail::StreamChannel> channel_;

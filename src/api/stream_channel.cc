@@ -88,6 +88,20 @@ void StreamChannel::on_close(std::function<void()> fn) {
   fn();
 }
 
+void StreamChannel::after(std::chrono::milliseconds delay, std::function<void()> fn) {
+  auto connection = connection_.lock();
+  if (!connection) return;
+  connection->schedule(delay, [weak = weak_from_this(), fn = std::move(fn)] {
+    auto self = weak.lock();
+    if (self && !self->ended()) fn();
+  });
+}
+
+bool StreamChannel::ended() const {
+  std::lock_guard lock(mu_);
+  return ended_;
+}
+
 std::optional<StreamChannel::Batch> StreamChannel::next_batch() {
   std::lock_guard lock(mu_);
   if (ended_) return std::nullopt;

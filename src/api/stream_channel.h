@@ -12,6 +12,7 @@
 // a callback while holding it.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
@@ -26,7 +27,7 @@ namespace cela::api::detail {
 
 class Connection;
 
-class StreamChannel {
+class StreamChannel : public std::enable_shared_from_this<StreamChannel> {
  public:
   StreamChannel(std::weak_ptr<Connection> connection, std::size_t limit);
 
@@ -50,6 +51,10 @@ class StreamChannel {
   // finish, abort). Runs at once, on the caller's thread, when already ended;
   // otherwise on an io thread. It must not block.
   void on_close(std::function<void()> fn);
+  // Runs `fn` on the connection's strand after `delay`, unless the response has ended
+  // by then (ChunkedWriter::after).
+  void after(std::chrono::milliseconds delay, std::function<void()> fn);
+  bool ended() const;
 
   // ---- connection side: its strand
   struct Batch {

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <boost/asio/post.hpp>
+#include <algorithm>
 #include <cstdio>
 
 #include "common/fs.h"
@@ -88,6 +89,7 @@ void SessionManager::start_exec(const Caller& caller, const std::string& session
     // The session's exec_timeout_s is a ceiling: an exec may ask for less, never more.
     uint64_t ceiling_ms = s.limits.exec_timeout_s * 1000;
     uint64_t timeout_ms = spec.timeout_ms.value_or(ceiling_ms);
+    if (spec.cap_timeout) timeout_ms = std::min(timeout_ms, ceiling_ms);
     if (timeout_ms > ceiling_ms)
       return done(fail(ErrorCode::invalid_argument, "field `timeout_s` is above this session's exec_timeout_s of " +
                                                         std::to_string(s.limits.exec_timeout_s)));
@@ -129,6 +131,9 @@ void SessionManager::start_exec(const Caller& caller, const std::string& session
     r.cwd = shown(process->cwd);
     r.started_at = store::now_rfc3339();
     e->timeout_ms = timeout_ms;
+    for (const auto& kv : spec.env) e->env.push_back(shown(kv));
+    e->tag = spec.tag;
+    e->tty = spec.tty;
     e->observed.timeout_ms = timeout_ms;
     e->observed.command = r.argv.empty() ? r.cmd : r.argv[0];
     e->observed.limits = {s.limits.memory_mb << 20, s.limits.cpus, s.limits.pids};
@@ -323,6 +328,23 @@ void SessionManager::follow_exec(const Caller& caller, const std::string& sessio
     if (!files) return done(std::unexpected(files.error()));
     done({});
     replay_stored(reactor_, *files, stdout_from, stderr_from, *rec, sink);
+  });
+}
+
+void SessionManager::live_execs(const Caller& caller, const std::string& session_id,
+                                Done<std::vector<LiveExec>> done) {
+  on_reactor([=, this, done = std::move(done)] {
+    auto found = find_live(caller, session_id);
+    if (!found) return done(std::unexpected(found.error()));
+    std::vector<LiveExec> out;
+    for (const auto& [id, e] : (*found)->execs) {
+      if (e->finished || !e->started) continue;
+      out.push_back({e->snapshot(), e->env, e->tag, e->tty, e->output->kept(runtime::Stream::stdout_stream),
+                     e->output->kept(runtime::Stream::stderr_stream)});
+    }
+    std::sort(out.begin(), out.end(),
+              [](const LiveExec& a, const LiveExec& b) { return a.record.started_at < b.record.started_at; });
+    done(std::move(out));
   });
 }
 

@@ -504,6 +504,15 @@ Result<std::shared_ptr<Session>> SessionManager::find_live(const Caller& caller,
                                    (rec->termination_message.empty() ? "" : " (" + rec->termination_message + ")"));
 }
 
+void SessionManager::check_live(const Caller& caller, const std::string& id, Done<void> done) {
+  on_reactor([this, caller, id, done = std::move(done)] {
+    auto found = find_live(caller, id);
+    if (!found) return done(std::unexpected(found.error()));
+    if ((*found)->ended) return done(fail(ErrorCode::gone, "session " + id + " has ended"));
+    done({});
+  });
+}
+
 Result<SessionRecord> SessionManager::get(const Caller& caller, const std::string& id) {
   {
     std::lock_guard lock(unrecorded_mu_);

@@ -102,6 +102,9 @@ class SessionManager {
   // (permission_denied) unless the daemon is in dev mode and the caller is local root.
   void create(const Caller& caller, CreateSessionSpec spec, std::chrono::seconds wait, Done<store::SessionRecord> done);
   Result<store::SessionRecord> get(const Caller& caller, const std::string& id);
+  // Completes with nothing when the session is live (booted, not ended) for the
+  // caller; not_found when it does not exist for the caller, gone when it has ended.
+  void check_live(const Caller& caller, const std::string& id, Done<void> done);
   Result<store::SessionPage> list(const Caller& caller, const store::SessionFilter& filter,
                                   const store::PageRequest& page);
   void patch(const Caller& caller, const std::string& id, PatchSpec spec, Done<store::SessionRecord> done);
@@ -145,6 +148,9 @@ class SessionManager {
   // `signal` to the exec's whole tree, SIGKILL after `grace`.
   void kill_exec(const Caller& caller, const std::string& session_id, const std::string& exec_id, KillSpec spec,
                  Done<store::ExecRecord> done);
+  // The session's execs that have not ended, oldest first, each with what it was started
+  // with (E2B's process list: its processes are keyed by their pid inside the sandbox).
+  void live_execs(const Caller& caller, const std::string& session_id, Done<std::vector<LiveExec>> done);
   // start_exec, then completes when the exec has ended: the record, and the output
   // when it is small (else the caller reads it with exec_output).
   void run(const Caller& caller, const std::string& session_id, ExecSpec spec, Done<RunOutcome> done);

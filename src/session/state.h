@@ -46,6 +46,10 @@ struct ExecState final : runtime::ExecListener {
   bool close_stdin_after = true;
   bool stdin_closed = false;  // POST …/stdin?close=1 was asked
   uint64_t timeout_ms = 0;
+  // What live_execs shows besides the record: the spec's own env (redacted), its tag.
+  std::vector<std::string> env;
+  std::string tag;
+  bool tty = false;
   Clock::time_point started_at;
   ExecObservation observed;
   // The session's counters when the exec started (limit events are their deltas) and

@@ -103,10 +103,24 @@ struct ExecSpec {
   // Unset: the session's exec_timeout_s. More than the session's ceiling is refused
   // (invalid_argument) by the session layer, which knows the ceiling.
   std::optional<uint64_t> timeout_ms;
+  // A timeout_ms above the ceiling is lowered to it instead of refused (E2B's
+  // Connect-Timeout-Ms is the client's deadline, not a request for more time).
+  bool cap_timeout = false;
   std::string stdin_text;
   bool stdin_open = false;  // keep stdin open after stdin_text (POST …/stdin writes)
   bool tty = false;         // on a pty of cols x rows: output is one stream (stdout)
   uint16_t cols = 80, rows = 24;
+  std::string tag;  // the caller's label for it, shown by live_execs (E2B's process tag)
+};
+
+// An exec that has not ended, as SessionManager::live_execs shows it.
+struct LiveExec {
+  store::ExecRecord record;      // with live byte counts; pid inside the sandbox
+  std::vector<std::string> env;  // the exec's own "K=V" (not the session's), redacted
+  std::string tag;
+  bool tty = false;
+  // Kept-byte offsets now: follow_exec from here streams only what comes next.
+  uint64_t stdout_kept = 0, stderr_kept = 0;
 };
 
 struct KillSpec {

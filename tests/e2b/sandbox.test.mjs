@@ -241,3 +241,29 @@ test('unsupported options are refused, not ignored', async () => {
     assert.equal(err.code, res.status)
   }
 })
+
+test("the tenant's quotas apply: past max_sessions the SDK gets its RateLimitError", async () => {
+  const tenant = await native('POST', '/v1/tenants', { name: `quota-${Date.now()}`, quotas: { max_sessions: 1 } })
+  assert.equal(tenant.status, 201)
+  const apiKey = (await native('POST', `/v1/tenants/${tenant.body.id}/keys`, { e2b: true })).body.key
+  const one = await Sandbox.create({ apiKey, timeoutMs: 60_000 })
+  try {
+    await assert.rejects(Sandbox.create({ apiKey, timeoutMs: 60_000 }), (e) => {
+      assert.equal(e.name, 'RateLimitError')
+      return true
+    })
+  } finally {
+    await Sandbox.kill(one.sandboxId, { apiKey })
+  }
+})
+
+test('allowInternetAccess opens the egress allowlist; without it the sandbox has no network', async () => {
+  const closed = await create()
+  assert.equal((await native('GET', `/v1/sessions/${closed.sandboxId}`)).body.network.mode, 'none')
+  assert.equal((await closed.getInfo()).allowInternetAccess, false)
+  const open = await create({ allowInternetAccess: true })
+  const network = (await native('GET', `/v1/sessions/${open.sandboxId}`)).body.network
+  assert.equal(network.mode, 'allowlist')
+  assert.deepEqual(network.allow, ['*:*'])
+  assert.equal((await open.getInfo()).allowInternetAccess, true)
+})

@@ -4,6 +4,7 @@
 // the component schemas accept what the code really renders (api/render.cc render,
 // http_error.cc error_body). The document's validity as OpenAPI 3 is checked by a real
 // validator in tests/openapi/ (ctest openapi.validate).
+#include "api/e2b/control.h"
 #include "api/openapi.h"
 #include "api/render.h"
 #include "common/json_text.h"
@@ -256,6 +257,26 @@ TEST_F(OpenApi, ErrorsUseTheErrorSchemaWithTheirStatus) {
   EXPECT_TRUE(forbidden.starts_with("forbidden: ")) << forbidden;
 }
 
+// Routes answering in E2B's shape (ErrorStyle::e2b) document E2B's error schema.
+TEST_F(OpenApi, E2bRoutesDocumentE2bErrors) {
+  for (auto [method, path] : {std::pair{"post", "/v2/sandboxes"}, std::pair{"get", "/sandboxes/{id}"},
+                              std::pair{"delete", "/sandboxes/{id}"}, std::pair{"post", "/sandboxes/{id}/pause"}}) {
+    const json::object& o = op(method, path);
+    EXPECT_EQ(o.at("tags"), json::array{"e2b"}) << path;
+    const json::object& responses = o.at("responses").as_object();
+    for (const char* status : {"401", "404", "429"}) {
+      ASSERT_TRUE(responses.contains(status)) << method << " " << path << " " << status;
+      EXPECT_EQ(json::serialize(responses.at(status).at("content").at("application/json").at("schema")),
+                R"({"$ref":"#/components/schemas/E2bError"})")
+          << path;
+    }
+  }
+  EXPECT_TRUE(op("post", "/sandboxes/{id}/pause").at("responses").as_object().contains("409"));
+  EXPECT_EQ(json::serialize(op("get", "/v1/sessions/{id}").at("responses").at("404").at("content").at(
+                "application/json").at("schema")),
+            R"({"$ref":"#/components/schemas/Error"})");
+}
+
 TEST(OpenApiGenerator, CodesSharingAStatusAreListedTogether) {
   Router router;
   RouteDoc doc{.operation_id = "thing",
@@ -393,6 +414,21 @@ store::SessionRecord session_record() {
   s.expires_at = "2026-11-29T11:05:00.123Z";
   s.startup_ms = 100;
   return s;
+}
+
+TEST(OpenApiSchemas, E2bObjectsAsRendered) {
+  api::e2b::SandboxTokens tokens(std::string(32, 't'));
+  store::SessionRecord live = session_record();
+  live.spec.template_name = "base";
+  EXPECT_EQ(check_component(api::e2b::render_sandbox(live, tokens), "E2bSandbox"), std::vector<std::string>{});
+  EXPECT_EQ(check_component(api::e2b::render_listed(live), "E2bListedSandbox"), std::vector<std::string>{});
+  live.network = store::NetworkPolicy{.mode = "allowlist", .allow = {"*:*"}, .deny = {}};
+  EXPECT_EQ(check_component(api::e2b::render_detail(live, tokens), "E2bSandboxDetail"), std::vector<std::string>{});
+  session::SessionMetrics m;
+  m.history = {{1'800'000'000'000, 10, 1 << 20, 1, 4096}};
+  m.wall_ms = 5000;
+  for (const auto& point : api::e2b::render_metrics(m, live.limits, 1'800'000'002'000))
+    EXPECT_EQ(check_component(point, "E2bSandboxMetric"), std::vector<std::string>{});
 }
 
 TEST(OpenApiSchemas, SessionsAsRendered) {

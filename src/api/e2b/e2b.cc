@@ -9,6 +9,7 @@ namespace cela::api::e2b {
 void add_e2b_routes(E2bContext& ctx) {
   ctx.api.server.set_sandbox_authenticator(make_sandbox_authenticator(ctx.tokens));
   add_control_routes(ctx);
+  add_envd_health_route(ctx);
 }
 
 Authenticator make_sandbox_authenticator(const SandboxTokens& tokens) {

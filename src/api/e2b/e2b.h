@@ -25,6 +25,9 @@ struct E2bContext {
 
 // Every E2B route, control and data plane, and the sandbox authenticator.
 void add_e2b_routes(E2bContext& ctx);
+// envd's GET /health (envd_health.cc) and process.Process (envd_process.cc).
+void add_envd_health_route(E2bContext& ctx);
+void add_envd_process_routes(E2bContext& ctx);
 
 // The data plane's authenticator: `E2b-Sandbox-Id` names the sandbox (a cela session
 // id); envd (port 49983) wants that sandbox's envd token in X-Access-Token, its other
