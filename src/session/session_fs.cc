@@ -12,6 +12,7 @@
 #include <charconv>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <utility>
 
 #include "session/fs_internal.h"
@@ -111,6 +112,31 @@ Result<void> read_chunks(int fd, uint64_t cap, std::string_view path,
 
 bool same_inode(const struct stat& a, const struct stat& b) {
   return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+// Visits the directory `dir_fd` and each ancestor up to the sandbox root (`root_st`;
+// every directory reached through kInRoot is below it; the host's "/", its own parent,
+// ends the walk too) until `visit` answers true (then true) or the root is passed
+// (false).
+Result<bool> walk_up(int dir_fd, const struct stat& root_st, std::string_view path,
+                     const std::function<Result<bool>(const struct stat&)>& visit) {
+  auto cur = dup_fd(dir_fd, "check " + std::string(path));
+  if (!cur) return std::unexpected(cur.error());
+  for (int step = 0; step < 4096; ++step) {
+    auto st = stat_fd(cur->get(), "check " + std::string(path));
+    if (!st) return std::unexpected(st.error());
+    auto stop = visit(*st);
+    if (!stop || *stop) return stop;
+    if (same_inode(*st, root_st)) break;
+    int parent = ::openat(cur->get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (parent < 0) return fs_fail("check " + std::string(path));
+    UniqueFd up(parent);
+    auto up_st = stat_fd(up.get(), "check " + std::string(path));
+    if (!up_st) return std::unexpected(up_st.error());
+    if (same_inode(*up_st, *st)) break;
+    *cur = std::move(up);
+  }
+  return false;
 }
 
 }  // namespace
@@ -218,23 +244,12 @@ Result<void> SessionFs::check_owner_may_reach(int dir_fd, std::string_view path)
   if (!as_owner_) return {};
   auto root_st = stat_fd(root_.get(), "stat the sandbox root");
   if (!root_st) return std::unexpected(root_st.error());
-  auto cur = dup_fd(dir_fd, "check " + std::string(path));
-  if (!cur) return std::unexpected(cur.error());
-  for (int step = 0; step < 4096; ++step) {
-    auto st = stat_fd(cur->get(), "check " + std::string(path));
-    if (!st) return std::unexpected(st.error());
-    if (!owner_may(*st, 1))
-      return fail(ErrorCode::permission_denied,
-                  "the sandbox user may not search a directory on the way to " + std::string(path) + " (its permissions)");
-    if (same_inode(*st, *root_st)) break;
-    int parent = ::openat(cur->get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (parent < 0) return fs_fail("check " + std::string(path));
-    UniqueFd up(parent);
-    auto up_st = stat_fd(up.get(), "check " + std::string(path));
-    if (!up_st) return std::unexpected(up_st.error());
-    if (same_inode(*up_st, *st)) break;
-    *cur = std::move(up);
-  }
+  auto r = walk_up(dir_fd, *root_st, path, [&](const struct stat& st) -> Result<bool> {
+    if (owner_may(st, 1)) return false;
+    return fail(ErrorCode::permission_denied,
+                "the sandbox user may not search a directory on the way to " + std::string(path) + " (its permissions)");
+  });
+  if (!r) return std::unexpected(r.error());
   return {};
 }
 
@@ -306,25 +321,10 @@ Result<bool> SessionFs::within(int dir_fd, std::string_view path, const std::vec
   if (!root_st) return std::unexpected(root_st.error());
 
   // Walk up from the resolved directory: it is writable if it or an ancestor is a
-  // writable root. The walk ends at the sandbox root (every directory reached through
-  // kInRoot is below it); the host's "/" (its own parent) ends it too.
-  auto cur = dup_fd(dir_fd, "check " + std::string(path));
-  if (!cur) return std::unexpected(cur.error());
-  for (int step = 0; step < 4096; ++step) {
-    auto st = stat_fd(cur->get(), "check " + std::string(path));
-    if (!st) return std::unexpected(st.error());
-    for (const auto& a : allowed)
-      if (same_inode(*st, a)) return true;
-    if (same_inode(*st, *root_st)) break;
-    int parent = ::openat(cur->get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (parent < 0) return fs_fail("check " + std::string(path));
-    UniqueFd up(parent);
-    auto up_st = stat_fd(up.get(), "check " + std::string(path));
-    if (!up_st) return std::unexpected(up_st.error());
-    if (same_inode(*up_st, *st)) break;
-    *cur = std::move(up);
-  }
-  return false;
+  // writable root.
+  return walk_up(dir_fd, *root_st, path, [&](const struct stat& st) -> Result<bool> {
+    return std::ranges::any_of(allowed, [&](const struct stat& a) { return same_inode(st, a); });
+  });
 }
 
 Result<void> SessionFs::make_dir_at(int dir_fd, const std::string& name, uint32_t mode,
