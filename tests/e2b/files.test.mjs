@@ -308,6 +308,7 @@ test('watches spend the session inotify budget, not host root', async () => {
     }
   }
   assert.ok(refused, 'a watch past the session budget must fail')
+  assert.match(String(refused.message), /inotify instances/, String(refused))
   assert.ok(handles.length <= 2, `${handles.length} watches past a budget of 2`)
   assert.equal(rootInotifyInstances(), before, 'host root inotify instances changed')
   for (const h of handles) await h.stop()
