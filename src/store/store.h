@@ -42,8 +42,8 @@ namespace cela::store {
 // GET /v1/sessions filters: all given conditions must hold.
 struct SessionFilter {
   std::optional<std::string> state;
-  std::vector<std::string> any_state;  // when not empty: the state is one of these
   std::map<std::string, std::string> metadata;  // metadata.K == V for every entry
+  std::vector<std::string> any_state = {};      // when not empty: the state is one of these
 };
 
 struct PageRequest {

@@ -49,7 +49,8 @@ def main():
                    CELA_URL=url, CELA_KEY=daemon.key, CELA_STATE_DIR=daemon.state)
         env.pop("E2B_DOMAIN", None)
         try:
-            rc = subprocess.run([args.node, "--test", "--test-concurrency=1", args.suite], cwd=HERE, env=env,
+            suite = str(Path(args.suite).resolve())  # node runs in tests/e2b (its node_modules)
+            rc = subprocess.run([args.node, "--test", "--test-concurrency=1", suite], cwd=HERE, env=env,
                                 timeout=args.timeout).returncode
         except subprocess.TimeoutExpired:
             print(f"{args.suite}: did not finish within {args.timeout} s", file=sys.stderr)

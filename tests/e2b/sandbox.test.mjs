@@ -114,6 +114,10 @@ test('list: metadata filter and paging (limit 1, then the next page)', async () 
   assert.deepEqual(both.map((s) => s.sandboxId), [odd.sandboxId])
   const paused = await Sandbox.list({ query: { metadata: { group }, state: ['paused'] } }).nextItems()
   assert.equal(paused.length, 0)
+  // Filters cela cannot apply are refused, never silently dropped.
+  await assert.rejects(Sandbox.list({ query: { template: 'base' } }).nextItems(), /400/)
+  await assert.rejects(Sandbox.list({ order: 'asc' }).nextItems(), /400/)
+  assert.ok((await Sandbox.list({ order: 'desc', query: { metadata: { group } } }).nextItems()).length >= 2)
 })
 
 test('pause, then connect resumes it with its files', async () => {

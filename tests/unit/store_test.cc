@@ -295,7 +295,7 @@ TEST_F(StoreBootstrapTest, E2bFormKeysAreSpeltForE2bAndAuthenticate) {
   EXPECT_EQ((*found)->id, e2b->id);
   EXPECT_FALSE((*found)->admin);
   // The same hex under the other prefix is not the key.
-  EXPECT_FALSE(**store_->authenticate("cela_" + e2b->key.substr(4)));
+  EXPECT_FALSE(*store_->authenticate("cela_" + e2b->key.substr(4)));
 }
 
 // Migration 4: before it every admin key acted across tenants; after it only the

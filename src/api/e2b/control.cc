@@ -101,6 +101,13 @@ void connect(E2bContext& ctx, Request& req, Responder& res, bool timeout_require
 
 // GET /v2/sandboxes and /sandboxes: live sandboxes of the caller's tenant, newest first.
 void list(E2bContext& ctx, Request& req, Responder& res) {
+  // Filters cela's listing cannot apply are refused rather than ignored (a silently
+  // unfiltered answer would be wrong); newest first is the only order.
+  for (std::string_view unsupported : {"template", "startedAfter"})
+    if (req.query_value(unsupported))
+      return res.error(ApiError::invalid_request("query `" + std::string(unsupported) + "` is not supported by cela"));
+  if (auto order = req.query_value("order"); order && *order != "desc")
+    return res.error(ApiError::invalid_request("query `order`: cela lists newest first only (desc)"));
   session::SessionFilter filter;
   if (auto m = req.query_value("metadata")) {
     auto pairs = parse_metadata_filter(*m);

@@ -25,7 +25,10 @@ std::vector<ParamDoc> list_params() {
                       "sends them): sandboxes whose metadata holds every pair"),
           query_param("state", string_schema(), "running and/or paused, comma separated or repeated; default both"),
           query_param("limit", bounded(integer_schema(), 1, 1000), "page size, default 100"),
-          query_param("nextToken", string_schema(), "the X-Next-Token of the previous page")};
+          query_param("nextToken", string_schema(), "the X-Next-Token of the previous page"),
+          query_param("order", enum_schema({"desc"}), "newest first, the only order"),
+          query_param("template", string_schema(), "refused: not supported"),
+          query_param("startedAfter", string_schema(), "refused: not supported")};
 }
 
 ResponseDoc listed_response() {
@@ -36,6 +39,15 @@ ResponseDoc listed_response() {
 }
 
 json::value metadata_schema() { return string_map("string keys and values"); }
+
+// The path an older SDK calls for the same operation: the same doc under its own id.
+RouteDoc older(const RouteDoc& current, std::string operation_id, std::string summary) {
+  RouteDoc d = current;
+  d.operation_id = std::move(operation_id);
+  d.summary = std::move(summary);
+  d.description.clear();
+  return d;
+}
 
 }  // namespace
 
@@ -52,14 +64,8 @@ const RouteDoc create_sandbox_v2{
     .errors = {"not_found", "forbidden", "policy_denied", "quota_exceeded"},
 };
 
-const RouteDoc create_sandbox{
-    .operation_id = "e2bCreateSandbox",
-    .tag = kTag,
-    .summary = "Create a sandbox (E2B, older SDKs): as POST /v2/sandboxes",
-    .body = {json_body(ref("E2bNewSandbox"), true)},
-    .responses = {json_response(201, "the sandbox and its data-plane tokens", ref("E2bSandbox"))},
-    .errors = {"not_found", "forbidden", "policy_denied", "quota_exceeded"},
-};
+const RouteDoc create_sandbox =
+    older(create_sandbox_v2, "e2bCreateSandbox", "Create a sandbox (E2B, older SDKs): as POST /v2/sandboxes");
 
 const RouteDoc list_sandboxes_v2{
     .operation_id = "e2bListSandboxesV2",
@@ -69,13 +75,8 @@ const RouteDoc list_sandboxes_v2{
     .responses = {listed_response()},
 };
 
-const RouteDoc list_sandboxes{
-    .operation_id = "e2bListSandboxes",
-    .tag = kTag,
-    .summary = "List sandboxes (E2B, older SDKs): as GET /v2/sandboxes",
-    .params = list_params(),
-    .responses = {listed_response()},
-};
+const RouteDoc list_sandboxes =
+    older(list_sandboxes_v2, "e2bListSandboxes", "List sandboxes (E2B, older SDKs): as GET /v2/sandboxes");
 
 const RouteDoc get_sandbox{
     .operation_id = "e2bGetSandbox",
@@ -127,16 +128,8 @@ const RouteDoc connect_sandbox_v2{
     .errors = {"not_found"},
 };
 
-const RouteDoc connect_sandbox{
-    .operation_id = "e2bConnectSandbox",
-    .tag = kTag,
-    .summary = "Connect to a sandbox (E2B, older SDKs): as POST /v2/sandboxes/{id}/connect",
-    .params = {sandbox_id()},
-    .body = {timeout_body(false)},
-    .responses = {json_response(200, "it was running", ref("E2bSandbox")),
-                  json_response(201, "it was resumed from pause", ref("E2bSandbox"))},
-    .errors = {"not_found"},
-};
+const RouteDoc connect_sandbox = older(connect_sandbox_v2, "e2bConnectSandbox",
+                                       "Connect to a sandbox (E2B, older SDKs): as POST /v2/sandboxes/{id}/connect");
 
 const RouteDoc resume_sandbox{
     .operation_id = "e2bResumeSandbox",
