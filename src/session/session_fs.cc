@@ -452,7 +452,11 @@ Result<OpenedFile> SessionFs::open_read(std::string_view path) {
   if (auto r = check_path(path); !r) return std::unexpected(r.error());
   std::string what = "read " + std::string(path);
   if (as_owner_) {
-    auto parent = open_parent(path, /*writable=*/false, /*make_parents=*/false);
+    // The directories of the file the path leads to (a planted symlink must not lead
+    // the owner into a directory it may not search).
+    auto real = real_path(path);
+    if (!real) return std::unexpected(real.error());
+    auto parent = open_parent(*real, /*writable=*/false, /*make_parents=*/false);
     if (!parent) return std::unexpected(parent.error());
     if (auto r = check_owner_may_reach(parent->dir.get(), path); !r) return std::unexpected(r.error());
   }
