@@ -13,6 +13,7 @@
 #include "agent/init.h"
 #include "runtime/outcome.h"
 #include "session/upload.h"
+#include "session/watch.h"
 
 int main(int argc, char** argv) {
   // A sandbox's init, re-executed from the sealed init image (agent/init.h).
@@ -20,6 +21,8 @@ int main(int argc, char** argv) {
     cela::agent::run_init_reexec(cela::agent::kReexecControlFd);
   // An archive import on a session's behalf, started by the daemon (session/upload.h).
   if (argc >= 2 && std::string_view(argv[1]) == cela::session::kTarImportCommand) cela::session::tar_import_main(argc, argv);
+  // A directory watch inside a session, started by the daemon (session/watch.h).
+  if (argc >= 2 && std::string_view(argv[1]) == cela::session::kWatchCommand) cela::session::watch_main(argc, argv);
   CLI::App app{"cela: a sandbox for running untrusted, AI-generated code"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "cela 0.1.0");

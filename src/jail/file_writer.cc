@@ -214,7 +214,9 @@ Result<void> file_writer_result(int status_fd, int pidfd, bool& reaped) {
 namespace {
 
 // The capabilities a helper keeps (in the sandbox's user namespace only).
-constexpr int kHelperCaps[] = {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER};
+// CAP_SETUID/CAP_SETGID: a helper that acts as a sandbox user (the directory watch)
+// drops to that user's ids, all of them the sandbox's own.
+constexpr int kHelperCaps[] = {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER, CAP_SETUID, CAP_SETGID};
 
 [[noreturn]] void run_helper(const std::vector<int>& tasks, int userns, int in, int out, int fd3, int image,
                             char** argv) {

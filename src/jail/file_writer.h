@@ -59,9 +59,10 @@ Result<FileWriterProcess> spawn_file_writer(const CgroupEntry& entry, UniqueFd d
 // A helper: `cela <args...>` executed from the sealed init image (jail/init_process.h)
 // as the sandbox's root inside the sandbox's user
 // namespace, in its cgroups (the archive import, which must create directories, links
-// and files owned by the sandbox's users). Capabilities: only CAP_CHOWN,
-// CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH and CAP_FOWNER, and those only in the sandbox's
-// user namespace (over the sandbox's files, never a host file); no_new_privs;
+// and files owned by the sandbox's users; the directory watch, which drops to a sandbox
+// user). Capabilities: only CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER,
+// CAP_SETUID and CAP_SETGID, and those only in the sandbox's user namespace (over the
+// sandbox's files and ids, never a host file); no_new_privs;
 // oom_score_adj 1000. Its descriptors: 0 the input pipe, 1 the output pipe, 3 `fd3`,
 // nothing else.
 struct HelperProcess {

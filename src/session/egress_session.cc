@@ -57,9 +57,9 @@ Result<void> SessionManager::open_session_door(Session& session) {
     if (auto existing = fs.read_file(kSessionCaBundle); existing) bundle = std::move(*existing);
     if (!bundle.empty() && bundle.back() != '\n') bundle += '\n';
     bundle += egress_ca_pem_;
-    if (auto w = fs.write_file(kSessionExtraCa, egress_ca_pem_, {.mode = 0644, .make_parents = true}); !w)
+    if (auto w = fs.write_file(kSessionExtraCa, egress_ca_pem_, {.mode = 0644, .make_parents = true, .xattrs = {}}); !w)
       return std::unexpected(w.error());
-    if (auto w = fs.write_file(kSessionCaBundle, bundle, {.mode = 0644, .make_parents = true}); !w)
+    if (auto w = fs.write_file(kSessionCaBundle, bundle, {.mode = 0644, .make_parents = true, .xattrs = {}}); !w)
       return std::unexpected(w.error());
   }
   return egress_->open_door(session.record.id, session.record.tenant_id, session.instance->take_door(),

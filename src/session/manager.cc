@@ -616,7 +616,8 @@ void SessionManager::remove(const Caller& caller, const std::string& id, Done<Se
 }
 
 Result<SessionManager::FsView> SessionManager::fs_view(const Caller& caller, const std::string& session_id,
-                                                       bool for_upload, std::optional<uint64_t> declared) {
+                                                       bool for_upload, std::optional<uint64_t> declared,
+                                                       ExecUser as) {
   std::promise<Result<FsView>> promise;
   auto f = promise.get_future();
   // Waits for the reactor only (it never blocks on sandbox code), and for the thaw of a
@@ -636,10 +637,14 @@ Result<SessionManager::FsView> SessionManager::fs_view(const Caller& caller, con
     s.last_activity = Clock::now();
     FsView view;
     view.root = std::move(*root);
-    view.uid = s.instance->host_id(s.tmpl.user.uid);
-    view.gid = s.instance->host_id(s.tmpl.user.gid);
-    view.inside_uid = s.tmpl.user.uid;
-    view.inside_gid = s.tmpl.user.gid;
+    Identity who = identity_for(s.tmpl.user, as);
+    view.uid = s.instance->host_id(who.uid);
+    view.gid = s.instance->host_id(who.gid);
+    view.inside_uid = who.uid;
+    view.inside_gid = who.gid;
+    view.id_base = s.instance->host_id(0);
+    view.account = who.name;
+    view.home = who.home;
     view.files = s.files;
     view.redactions = s.redactions;
     if (for_upload) {
@@ -668,16 +673,38 @@ FsLimits SessionManager::fs_limits() const {
   return limits;
 }
 
-Result<std::shared_ptr<SessionFs>> SessionManager::files(const Caller& caller, const std::string& session_id) {
-  auto view = fs_view(caller, session_id, false);
+Result<std::shared_ptr<SessionFs>> SessionManager::files(const Caller& caller, const std::string& session_id,
+                                                        ExecUser as) {
+  auto view = fs_view(caller, session_id, false, std::nullopt, as);
   if (!view) return std::unexpected(view.error());
   FsLimits limits = fs_limits();
   limits.max_file_bytes = view->files.max_export_bytes;
   limits.max_archive_bytes = view->files.max_export_bytes;
   auto fs = std::make_shared<SessionFs>(std::move(view->root), view->uid, view->gid, limits,
                                         policy_roots(view->files.writable));
+  fs->set_id_base(view->id_base);
+  fs->set_account(view->account, view->home);
   apply_file_policy(*fs, *view);
   return fs;
+}
+
+Result<std::shared_ptr<DirWatch>> SessionManager::open_watch(const Caller& caller, const std::string& session_id,
+                                                             const std::string& path, bool recursive, ExecUser as) {
+  auto view = fs_view(caller, session_id, true, std::nullopt, as);
+  if (!view) return std::unexpected(view.error());
+  // The path is checked here first, so a missing or wrong one is answered plainly.
+  int root = ::fcntl(view->root.get(), F_DUPFD_CLOEXEC, 3);
+  if (root < 0) return sys_fail("dup the session root");
+  SessionFs fs(UniqueFd(root), view->uid, view->gid, fs_limits(), policy_roots(view->files.writable));
+  apply_file_policy(fs, *view);
+  auto st = fs.stat(path);
+  if (!st) return std::unexpected(st.error());
+  if (st->type != "dir" && st->type != "symlink") return fail(ErrorCode::invalid_argument, "not a directory: " + path);
+  std::vector<std::string> args{kWatchCommand, path, recursive ? "1" : "0", std::to_string(view->inside_uid),
+                                std::to_string(view->inside_gid), std::to_string(kMaxWatchedDirs)};
+  auto helper = view->writers->start_helper(args, std::move(view->root));
+  if (!helper) return std::unexpected(helper.error());
+  return std::make_shared<DirWatch>(reactor_.get_executor(), std::move(*helper), path);
 }
 
 Result<void> SessionManager::check_declared(const FsView& view, std::optional<uint64_t> declared) const {
@@ -695,10 +722,10 @@ Result<void> SessionManager::check_declared(const FsView& view, std::optional<ui
 
 Result<std::unique_ptr<Upload>> SessionManager::open_upload(const Caller& caller, const std::string& session_id,
                                                             const std::string& path, const WriteOptions& options,
-                                                            std::optional<uint64_t> declared_bytes) {
+                                                            std::optional<uint64_t> declared_bytes, ExecUser as) {
   if (declared_bytes && *declared_bytes > config_.max_upload_bytes)
     return fail(ErrorCode::limit, "file larger than " + std::to_string(config_.max_upload_bytes) + " bytes: " + path);
-  auto view = fs_view(caller, session_id, true, declared_bytes);
+  auto view = fs_view(caller, session_id, true, declared_bytes, as);
   if (!view) return std::unexpected(view.error());
   uint64_t cap = std::min(config_.max_upload_bytes, view->files.max_upload_bytes);
   if (declared_bytes && *declared_bytes > cap)

@@ -56,6 +56,7 @@
 #include "session/session_fs.h"
 #include "session/types.h"
 #include "session/upload.h"
+#include "session/watch.h"
 #include "store/store.h"
 
 namespace cela::net {
@@ -177,15 +178,24 @@ class SessionManager {
   void pause(const Caller& caller, const std::string& id, Done<store::SessionRecord> done);
   void resume(const Caller& caller, const std::string& id, Done<store::SessionRecord> done);
 
-  // A path-safe view of the session's filesystem (files API).
-  Result<std::shared_ptr<SessionFs>> files(const Caller& caller, const std::string& session_id);
+  // A path-safe view of the session's filesystem (files API), acting as the sandbox user
+  // `as` (its ids own what is created; its permissions apply unless it is root inside;
+  // SessionFs::home() is its home).
+  Result<std::shared_ptr<SessionFs>> files(const Caller& caller, const std::string& session_id,
+                                           ExecUser as = ExecUser::user);
   // A streamed upload of `path` (session/upload.h): the temp file is created and the
   // writer started in the session's cgroups. declared_bytes (Content-Length): limit when
   // it is over max_upload_bytes or what the session has free (disk, memory headroom), so
   // the body need not be read. Waits for the reactor only.
   Result<std::unique_ptr<Upload>> open_upload(const Caller& caller, const std::string& session_id,
                                               const std::string& path, const WriteOptions& options,
-                                              std::optional<uint64_t> declared_bytes);
+                                              std::optional<uint64_t> declared_bytes, ExecUser as = ExecUser::user);
+  // A watch of directory `path` (session/watch.h): its helper started in the session as
+  // the user `as`, after the path was checked as files() checks it (not_found,
+  // invalid_argument for a non-directory). Waits for the reactor only.
+  Result<std::shared_ptr<DirWatch>> open_watch(const Caller& caller, const std::string& session_id,
+                                               const std::string& path, bool recursive, ExecUser as);
+  static constexpr size_t kMaxWatchedDirs = 4096;  // per recursive watch
 
   // A streamed archive import into the existing directory `path` (session/upload.h):
   // the directory is checked and the size refused as for open_upload, then the helper
@@ -375,6 +385,8 @@ class SessionManager {
     UniqueFd root;
     uint32_t uid = 0, gid = 0;                // host ids of the sandbox's user
     uint32_t inside_uid = 0, inside_gid = 0;  // the same, as the sandbox sees them
+    uint32_t id_base = 0;                     // host id of the sandbox's root
+    std::string account, home;                // the user's name and home
     uint64_t memory_limit = 0, memory_current = 0;     // uploads of kMemoryCheckBytes or more
     std::shared_ptr<runtime::WriterLauncher> writers;  // uploads only
     FilePolicy files;                                  // the session's file policy
@@ -383,7 +395,7 @@ class SessionManager {
   // for_upload: also the writers, and the memory usage when `declared` is large enough
   // for it to matter (reading the cgroup's statistics costs more than a small upload).
   Result<FsView> fs_view(const Caller& caller, const std::string& session_id, bool for_upload,
-                         std::optional<uint64_t> declared = std::nullopt);
+                         std::optional<uint64_t> declared = std::nullopt, ExecUser as = ExecUser::user);
   static constexpr uint64_t kMemoryCheckBytes = 1 << 20;
   FsLimits fs_limits() const;
 

@@ -5,10 +5,14 @@
 #include <fcntl.h>
 #include <stdio.h>  // renameat2
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <utility>
 
 #include "session/fs_internal.h"
@@ -60,11 +64,79 @@ FileInfo info_from(const struct stat& st, std::string name, std::string path) {
   info.size = static_cast<uint64_t>(st.st_size);
   info.mode = st.st_mode & 07777;
   info.mtime_ms = mtime_ms(st);
+  info.uid = st.st_uid;
+  info.gid = st.st_gid;
+  info.format = st.st_mode & S_IFMT;
   return info;
+}
+
+// The components of a path, in order ("" and "." dropped; ".." kept).
+std::deque<std::string> components(std::string_view path) {
+  std::deque<std::string> out;
+  for (size_t pos = 0; pos <= path.size();) {
+    size_t end = path.find('/', pos);
+    if (end == std::string_view::npos) end = path.size();
+    std::string_view c = path.substr(pos, end - pos);
+    if (!c.empty() && c != ".") out.emplace_back(c);
+    pos = end + 1;
+  }
+  return out;
+}
+
+std::string joined(const std::vector<std::string>& parts) {
+  if (parts.empty()) return "/";
+  std::string out;
+  for (const auto& p : parts) out += "/" + p;
+  return out;
+}
+
+// Reads `fd` to its end in chunks, failing with limit once more than `cap` bytes came.
+Result<void> read_chunks(int fd, uint64_t cap, std::string_view path,
+                         const std::function<Result<void>(std::string_view)>& each) {
+  char buf[65536];
+  uint64_t total = 0;
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fs_fail("read " + std::string(path));
+    }
+    if (n == 0) return {};
+    // The file may grow while we read it.
+    if (static_cast<uint64_t>(n) > cap - total)
+      return fail(ErrorCode::limit, "file larger than " + std::to_string(cap) + " bytes: " + std::string(path));
+    total += static_cast<uint64_t>(n);
+    if (auto r = each(std::string_view(buf, static_cast<size_t>(n))); !r) return r;
+  }
 }
 
 bool same_inode(const struct stat& a, const struct stat& b) {
   return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+// Visits the directory `dir_fd` and each ancestor up to the sandbox root (`root_st`;
+// every directory reached through kInRoot is below it; the host's "/", its own parent,
+// ends the walk too) until `visit` answers true (then true) or the root is passed
+// (false).
+Result<bool> walk_up(int dir_fd, const struct stat& root_st, std::string_view path,
+                     const std::function<Result<bool>(const struct stat&)>& visit) {
+  auto cur = dup_fd(dir_fd, "check " + std::string(path));
+  if (!cur) return std::unexpected(cur.error());
+  for (int step = 0; step < 4096; ++step) {
+    auto st = stat_fd(cur->get(), "check " + std::string(path));
+    if (!st) return std::unexpected(st.error());
+    auto stop = visit(*st);
+    if (!stop || *stop) return stop;
+    if (same_inode(*st, root_st)) break;
+    int parent = ::openat(cur->get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (parent < 0) return fs_fail("check " + std::string(path));
+    UniqueFd up(parent);
+    auto up_st = stat_fd(up.get(), "check " + std::string(path));
+    if (!up_st) return std::unexpected(up_st.error());
+    if (same_inode(*up_st, *st)) break;
+    *cur = std::move(up);
+  }
+  return false;
 }
 
 }  // namespace
@@ -160,12 +232,35 @@ Result<void> SessionFs::check_writable(int dir_fd, std::string_view path) const 
   return fail(ErrorCode::policy_denied, "outside the writable paths: " + std::string(path));
 }
 
-bool SessionFs::owner_may_write(const struct stat& dir) const {
-  mode_t m = dir.st_mode;
-  return (dir.st_uid == owner_uid_) ? (m & S_IWUSR) : (dir.st_gid == owner_gid_) ? (m & S_IWGRP) : (m & S_IWOTH);
+bool SessionFs::owner_may(const struct stat& st, unsigned bit) const {
+  mode_t m = st.st_mode;
+  unsigned bits = st.st_uid == owner_uid_ ? (m >> 6) : st.st_gid == owner_gid_ ? (m >> 3) : m;
+  return (bits & bit) != 0;
+}
+
+bool SessionFs::owner_may_write(const struct stat& dir) const { return owner_may(dir, 2); }
+
+Result<void> SessionFs::check_owner_may_reach(int dir_fd, std::string_view path) const {
+  if (!as_owner_) return {};
+  auto root_st = stat_fd(root_.get(), "stat the sandbox root");
+  if (!root_st) return std::unexpected(root_st.error());
+  auto r = walk_up(dir_fd, *root_st, path, [&](const struct stat& st) -> Result<bool> {
+    if (owner_may(st, 1)) return false;
+    return fail(ErrorCode::permission_denied,
+                "the sandbox user may not search a directory on the way to " + std::string(path) + " (its permissions)");
+  });
+  if (!r) return std::unexpected(r.error());
+  return {};
+}
+
+Result<void> SessionFs::check_owner_may_read(const struct stat& st, std::string_view path, bool dir) const {
+  if (!as_owner_) return {};
+  if (owner_may(st, 4) && (!dir || owner_may(st, 1))) return {};
+  return fail(ErrorCode::permission_denied, "the sandbox user may not read " + std::string(path) + " (its permissions)");
 }
 
 Result<void> SessionFs::check_owner_may_write(int dir_fd, std::string_view path) const {
+  if (auto r = check_owner_may_reach(dir_fd, path); !r) return r;
   auto st = stat_fd(dir_fd, "check " + std::string(path));
   if (!st) return std::unexpected(st.error());
   mode_t m = st->st_mode;
@@ -226,25 +321,10 @@ Result<bool> SessionFs::within(int dir_fd, std::string_view path, const std::vec
   if (!root_st) return std::unexpected(root_st.error());
 
   // Walk up from the resolved directory: it is writable if it or an ancestor is a
-  // writable root. The walk ends at the sandbox root (every directory reached through
-  // kInRoot is below it); the host's "/" (its own parent) ends it too.
-  auto cur = dup_fd(dir_fd, "check " + std::string(path));
-  if (!cur) return std::unexpected(cur.error());
-  for (int step = 0; step < 4096; ++step) {
-    auto st = stat_fd(cur->get(), "check " + std::string(path));
-    if (!st) return std::unexpected(st.error());
-    for (const auto& a : allowed)
-      if (same_inode(*st, a)) return true;
-    if (same_inode(*st, *root_st)) break;
-    int parent = ::openat(cur->get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (parent < 0) return fs_fail("check " + std::string(path));
-    UniqueFd up(parent);
-    auto up_st = stat_fd(up.get(), "check " + std::string(path));
-    if (!up_st) return std::unexpected(up_st.error());
-    if (same_inode(*up_st, *st)) break;
-    *cur = std::move(up);
-  }
-  return false;
+  // writable root.
+  return walk_up(dir_fd, *root_st, path, [&](const struct stat& st) -> Result<bool> {
+    return std::ranges::any_of(allowed, [&](const struct stat& a) { return same_inode(st, a); });
+  });
 }
 
 Result<void> SessionFs::make_dir_at(int dir_fd, const std::string& name, uint32_t mode,
@@ -306,7 +386,12 @@ Result<SessionFs::ParentDir> SessionFs::open_parent(std::string_view path, bool 
 }
 
 Result<FileUpload> SessionFs::start_upload(UniqueFd dir, std::string name, std::string path,
-                                           uint32_t mode, uint64_t max_bytes) const {
+                                           uint32_t mode, uint64_t max_bytes,
+                                           const std::vector<std::pair<std::string, std::string>>& xattrs) const {
+  for (const auto& [key, value] : xattrs)
+    if (!key.starts_with("user.") || key.size() == 5 || key.size() > 255 || key.find('\0') != std::string::npos ||
+        value.size() > 65536)
+      return fail(ErrorCode::invalid_argument, "not a user attribute: " + key);
   auto state = std::make_unique<FileUpload::State>();
   state->dir = std::move(dir);
   state->name = std::move(name);
@@ -328,6 +413,9 @@ Result<FileUpload> SessionFs::start_upload(UniqueFd dir, std::string name, std::
   if (::fchown(state->file.get(), owner_uid_, owner_gid_) != 0)
     return fs_fail("chown " + state->path);
   if (::fchmod(state->file.get(), mode & 0777) != 0) return fs_fail("chmod " + state->path);
+  for (const auto& [key, value] : xattrs)
+    if (::fsetxattr(state->file.get(), key.c_str(), value.data(), value.size(), 0) != 0)
+      return fs_fail("set attribute " + key + " of " + state->path);
   return FileUpload(std::move(state));
 }
 
@@ -346,7 +434,7 @@ Result<FileUpload> SessionFs::open_upload(std::string_view path, const WriteOpti
       mode = st.st_mode & 0777;
   }
   return start_upload(std::move(parent->dir), std::move(parent->name), std::string(path), mode,
-                      limits_.max_file_bytes);
+                      limits_.max_file_bytes, options.xattrs);
 }
 
 Result<WriteResult> SessionFs::write_file(std::string_view path, std::string_view data,
@@ -363,6 +451,15 @@ Result<WriteResult> SessionFs::write_file(std::string_view path, std::string_vie
 Result<OpenedFile> SessionFs::open_read(std::string_view path) {
   if (auto r = check_path(path); !r) return std::unexpected(r.error());
   std::string what = "read " + std::string(path);
+  if (as_owner_) {
+    // The directories of the file the path leads to (a planted symlink must not lead
+    // the owner into a directory it may not search).
+    auto real = real_path(path);
+    if (!real) return std::unexpected(real.error());
+    auto parent = open_parent(*real, /*writable=*/false, /*make_parents=*/false);
+    if (!parent) return std::unexpected(parent.error());
+    if (auto r = check_owner_may_reach(parent->dir.get(), path); !r) return std::unexpected(r.error());
+  }
   if (!exports_everything()) {
     // The resolved parent must be exportable, and the file itself is not a symlink
     // (its target could be anywhere in the root).
@@ -382,6 +479,7 @@ Result<OpenedFile> SessionFs::open_read(std::string_view path) {
     return fail(ErrorCode::invalid_argument, "is a directory: " + std::string(path));
   if (!S_ISREG(st->st_mode))
     return fail(ErrorCode::invalid_argument, "not a regular file: " + std::string(path));
+  if (auto r = check_owner_may_read(*st, path, false); !r) return std::unexpected(r.error());
   auto fd = reopen(path_fd->get(), O_RDONLY, what);
   if (!fd) return std::unexpected(fd.error());
   return OpenedFile{std::move(*fd), static_cast<uint64_t>(st->st_size), st->st_mode & 07777,
@@ -391,27 +489,44 @@ Result<OpenedFile> SessionFs::open_read(std::string_view path) {
 Result<std::string> SessionFs::read_file(std::string_view path) {
   auto file = open_read(path);
   if (!file) return std::unexpected(file.error());
-  auto too_big = [&] {
+  if (file->size > limits_.max_file_bytes)
     return fail(ErrorCode::limit, "file larger than " + std::to_string(limits_.max_file_bytes) +
                                       " bytes: " + std::string(path));
-  };
-  if (file->size > limits_.max_file_bytes) return too_big();
   std::string data;
   data.reserve(file->size);
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(file->fd.get(), buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fs_fail("read " + std::string(path));
-    }
-    if (n == 0) break;
-    // The file may grow while we read it.
-    if (static_cast<uint64_t>(n) > limits_.max_file_bytes - data.size()) return too_big();
-    data.append(buf, static_cast<size_t>(n));
-  }
+  auto r = read_chunks(file->fd.get(), limits_.max_file_bytes, path, [&](std::string_view chunk) -> Result<void> {
+    data.append(chunk);
+    return {};
+  });
+  if (!r) return std::unexpected(r.error());
   if (export_filter_) return export_filter_(path, std::move(data));
   return data;
+}
+
+Result<ExportedFile> SessionFs::export_file(std::string_view path,
+                                            const std::function<Result<void>(std::string_view chunk)>& sink) {
+  ExportedFile out;
+  Sha256 hash;
+  auto send = [&](std::string_view chunk) -> Result<void> {
+    if (chunk.empty()) return {};
+    hash.update(chunk);
+    out.size += chunk.size();
+    return sink(chunk);
+  };
+  if (export_filter_) {
+    auto data = read_file(path);
+    if (!data) return std::unexpected(data.error());
+    if (auto r = send(*data); !r) return std::unexpected(r.error());
+  } else {
+    auto file = open_read(path);
+    if (!file) return std::unexpected(file.error());
+    if (file->size > limits_.max_file_bytes)
+      return fail(ErrorCode::limit, "file larger than " + std::to_string(limits_.max_file_bytes) +
+                                        " bytes: " + std::string(path));
+    if (auto r = read_chunks(file->fd.get(), limits_.max_file_bytes, path, send); !r) return std::unexpected(r.error());
+  }
+  out.sha256 = hash.hex_final();
+  return out;
 }
 
 Result<FileInfo> SessionFs::stat(std::string_view path) {
@@ -424,14 +539,18 @@ Result<FileInfo> SessionFs::stat(std::string_view path) {
     if (!fd) return std::unexpected(fd.error());
     auto st = stat_fd(fd->get(), what);
     if (!st) return std::unexpected(st.error());
-    return info_from(*st, split.name.empty() ? "/" : split.name, std::string(path));
+    FileInfo info = info_from(*st, split.name.empty() ? "/" : split.name, std::string(path));
+    localize(info);
+    return info;
   }
   auto parent = open_parent(path, /*writable=*/false, /*make_parents=*/false);
   if (!parent) return std::unexpected(parent.error());
+  if (auto r = check_owner_may_reach(parent->dir.get(), path); !r) return std::unexpected(r.error());
   struct stat st {};
   if (::fstatat(parent->dir.get(), parent->name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
     return fs_fail(what);
   FileInfo info = info_from(st, parent->name, std::string(path));
+  localize(info);
   if (S_ISLNK(st.st_mode)) {
     auto target = read_link_at(parent->dir.get(), parent->name, what);
     if (!target) return std::unexpected(target.error());
@@ -445,6 +564,8 @@ namespace {
 struct Lister {
   const FsLimits& limits;
   std::vector<FileInfo>& out;
+  // Whether a directory's entries may be listed (the owner may read and search it).
+  std::function<bool(const struct stat&)> may_list;
 
   Result<void> list_dir(int dir_fd, const std::string& dir_path, int depth_left) {
     std::string what = "list " + dir_path;
@@ -471,7 +592,7 @@ struct Lister {
       }
       std::string path = info.path;
       out.push_back(std::move(info));
-      if (!S_ISDIR(st.st_mode) || depth_left <= 1) continue;
+      if (!S_ISDIR(st.st_mode) || depth_left <= 1 || !may_list(st)) continue;
       auto child = open_at(dir_fd, name, O_RDONLY | O_DIRECTORY, kBeneath, "list " + path);
       if (!child) {
         // A mount point (EXDEV), or swapped for a symlink or removed meanwhile.
@@ -493,10 +614,17 @@ Result<std::vector<FileInfo>> SessionFs::list(std::string_view path, int depth) 
   depth = std::min(depth, limits_.max_depth);
   auto dir = open_in_root(path, O_RDONLY | O_DIRECTORY);
   if (!dir) return std::unexpected(dir.error());
+  if (as_owner_) {
+    if (auto r = check_owner_may_reach(dir->get(), path); !r) return std::unexpected(r.error());
+    auto st = stat_fd(dir->get(), "list " + std::string(path));
+    if (!st) return std::unexpected(st.error());
+    if (auto r = check_owner_may_read(*st, path, true); !r) return std::unexpected(r.error());
+  }
   std::vector<FileInfo> out;
-  Lister lister{limits_, out};
+  Lister lister{limits_, out, [this](const struct stat& st) { return !as_owner_ || (owner_may(st, 4) && owner_may(st, 1)); }};
   if (auto r = lister.list_dir(dir->get(), std::string(strip_trailing_slashes(path)), depth); !r)
     return std::unexpected(r.error());
+  for (auto& info : out) localize(info);
   return out;
 }
 
@@ -581,6 +709,130 @@ Result<void> SessionFs::remove(std::string_view path, bool recursive) {
   }
   if (::unlinkat(dir, name, AT_REMOVEDIR) != 0) return fs_fail(what);
   return {};
+}
+
+Result<std::string> SessionFs::real_path(std::string_view path) {
+  if (auto r = check_path(path); !r) return std::unexpected(r.error());
+  std::string what = "resolve " + std::string(path);
+  std::deque<std::string> todo = components(path);
+  std::vector<std::string> done;
+  int links = 0;
+  while (!todo.empty()) {
+    std::string c = std::move(todo.front());
+    todo.pop_front();
+    if (c == "..") {
+      if (!done.empty()) done.pop_back();
+      continue;
+    }
+    auto dir = open_in_root(joined(done), O_PATH | O_DIRECTORY);
+    if (!dir) return std::unexpected(dir.error());
+    struct stat st {};
+    if (::fstatat(dir->get(), c.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return fs_fail(what);
+    if (!S_ISLNK(st.st_mode)) {
+      done.push_back(std::move(c));
+      continue;
+    }
+    if (++links > 40) return fail(ErrorCode::invalid_argument, "too many levels of symbolic links: " + std::string(path));
+    auto target = read_link_at(dir->get(), c, what);
+    if (!target) return std::unexpected(target.error());
+    if (target->starts_with('/')) done.clear();
+    auto more = components(*target);
+    todo.insert(todo.begin(), more.begin(), more.end());
+  }
+  return joined(done);
+}
+
+Result<std::vector<std::pair<std::string, std::string>>> SessionFs::xattrs(std::string_view path,
+                                                                         std::string_view prefix) {
+  if (auto r = check_path(path); !r) return std::unexpected(r.error());
+  std::string what = "attributes of " + std::string(path);
+  std::vector<std::pair<std::string, std::string>> out;
+  SplitPath split = split_path(path);
+  Result<UniqueFd> at = std::unexpected(Error{});
+  if (split.name.empty() || is_dot_or_dotdot(split.name)) {
+    at = open_in_root(path, O_PATH | O_DIRECTORY);
+  } else {
+    auto parent = open_parent(path, /*writable=*/false, /*make_parents=*/false);
+    if (!parent) return std::unexpected(parent.error());
+    at = open_at(parent->dir.get(), parent->name, O_PATH, kBeneath, what);
+    // A symlink (or a mount point) as the final component: nothing to report.
+    if (!at && (at.error().err == ELOOP || at.error().err == EXDEV)) return out;
+  }
+  if (!at) return std::unexpected(at.error());
+  auto st = stat_fd(at->get(), what);
+  if (!st) return std::unexpected(st.error());
+  if (!S_ISREG(st->st_mode) && !S_ISDIR(st->st_mode)) return out;
+  auto fd = reopen(at->get(), O_RDONLY, what);
+  if (!fd) return std::unexpected(fd.error());
+  std::string names(65536, '\0');
+  ssize_t n = ::flistxattr(fd->get(), names.data(), names.size());
+  if (n < 0) {
+    if (errno == ENOTSUP || errno == ERANGE) return out;
+    return fs_fail(what);
+  }
+  names.resize(static_cast<size_t>(n));
+  std::string value(4096, '\0');
+  for (size_t pos = 0; pos < names.size() && out.size() < 64;) {
+    size_t end = names.find('\0', pos);
+    if (end == std::string::npos) end = names.size();
+    std::string name = names.substr(pos, end - pos);
+    pos = end + 1;
+    if (!name.starts_with(prefix) || name.size() == prefix.size()) continue;
+    ssize_t got = ::fgetxattr(fd->get(), name.c_str(), value.data(), value.size());
+    if (got < 0) continue;  // removed meanwhile, or too large to report
+    out.emplace_back(name.substr(prefix.size()), value.substr(0, static_cast<size_t>(got)));
+  }
+  return out;
+}
+
+void SessionFs::localize(FileInfo& info) const {
+  if (!id_base_) return;
+  auto inside = [this](uint32_t host) -> uint32_t {
+    return host >= id_base_ && host - id_base_ < kIdsPerSandbox ? host - id_base_ : 65534;
+  };
+  info.uid = inside(info.uid);
+  info.gid = inside(info.gid);
+}
+
+std::string SessionFs::user_name(uint32_t uid) const { return id_name(uid, false); }
+std::string SessionFs::group_name(uint32_t gid) const { return id_name(gid, true); }
+
+std::string SessionFs::id_name(uint32_t id, bool group) const {
+  if (id == 0) return "root";
+  std::call_once(names_once_, [this] {
+    auto load = [this](const char* file, std::map<uint32_t, std::string>& names) {
+      auto at = open_at(root_.get(), file, O_PATH, kInRoot, "read accounts");
+      if (!at) return;
+      auto st = stat_fd(at->get(), "read accounts");
+      if (!st || !S_ISREG(st->st_mode)) return;
+      auto fd = reopen(at->get(), O_RDONLY, "read accounts");
+      if (!fd) return;
+      std::string text;
+      (void)read_chunks(fd->get(), 1 << 20, file, [&](std::string_view chunk) -> Result<void> {
+        text.append(chunk);
+        return {};
+      });
+      // name:password:id:... (passwd and group alike); the first line of an id wins.
+      for (size_t pos = 0; pos < text.size();) {
+        size_t end = text.find('\n', pos);
+        if (end == std::string::npos) end = text.size();
+        std::string_view line(text.data() + pos, end - pos);
+        pos = end + 1;
+        size_t a = line.find(':'), b = a == std::string_view::npos ? a : line.find(':', a + 1);
+        size_t c = b == std::string_view::npos ? b : line.find(':', b + 1);
+        if (c == std::string_view::npos || a == 0) continue;
+        uint32_t value = 0;
+        auto [p, ec] = std::from_chars(line.data() + b + 1, line.data() + c, value);
+        if (ec != std::errc() || p != line.data() + c) continue;
+        names.emplace(value, std::string(line.substr(0, a)));
+      }
+    };
+    load("/etc/passwd", user_names_);
+    load("/etc/group", group_names_);
+  });
+  const auto& names = group ? group_names_ : user_names_;
+  if (auto it = names.find(id); it != names.end()) return it->second;
+  return std::to_string(id);
 }
 
 }  // namespace cela::session

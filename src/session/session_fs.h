@@ -53,10 +53,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -80,6 +83,14 @@ struct FileInfo {
   uint32_t mode = 0;           // permission bits (07777)
   int64_t mtime_ms = 0;        // since the epoch
   std::string symlink_target;  // symlinks only: readlink(2), verbatim
+  uint32_t uid = 0, gid = 0;   // owner as the sandbox sees it (set_id_base), else host ids
+  uint32_t format = 0;         // st_mode & S_IFMT (which kind of "other")
+};
+
+// A streamed export (export_file): what was sent.
+struct ExportedFile {
+  uint64_t size = 0;
+  std::string sha256;  // lower-case hex of the bytes sent (after the export filter)
 };
 
 struct WriteResult {
@@ -93,6 +104,9 @@ struct WriteOptions {
   // Create missing parent directories (0755, owner) like mkdir -p. Off: a missing parent
   // is not_found, like PUT on a missing collection.
   bool make_parents = false;
+  // Extended attributes set on the new file before it takes the target's name (names
+  // must be in the `user.` namespace: invalid_argument otherwise).
+  std::vector<std::pair<std::string, std::string>> xattrs;
 };
 
 // An opened regular file for streaming a download. `fd` is read-only, positioned at 0.
@@ -165,6 +179,15 @@ class SessionFs {
   // depth < 1 or a non-directory.
   Result<std::vector<FileInfo>> list(std::string_view path, int depth = 1);
 
+  // The path with every symlink resolved inside the root, lexically clean ("/a/b"), like
+  // realpath(3) run inside the sandbox; not_found when a component is missing,
+  // invalid_argument for a loop (more than 40 links).
+  Result<std::string> real_path(std::string_view path);
+  // The extended attributes of a regular file or directory whose names start with
+  // `prefix` (a `user.` prefix; at most 64 of them, values up to 4 KiB), the prefix
+  // removed; none for symlinks and special files. lstat semantics, as stat().
+  Result<std::vector<std::pair<std::string, std::string>>> xattrs(std::string_view path, std::string_view prefix);
+
   // Creates a directory (0755, owner). parents: missing parents too, and an existing
   // directory is fine; otherwise an existing entry is invalid_argument. As with
   // `mkdir -p`, nothing is created through a dangling symlink (not_found).
@@ -198,6 +221,14 @@ class SessionFs {
   // stay.
   Result<uint64_t> import_tar(std::string_view dir,
                               const std::function<Result<std::string_view>()>& source);
+  // Streams a regular file to `sink` in chunks of at most 64 KiB, with the checks of
+  // read_file (export policy, owner's permissions, size cap max_file_bytes: limit
+  // before the first byte when the file is larger, or once it grows past it). With an
+  // export filter the file is read whole (it needs all of it) and sent in one chunk. A
+  // sink error is returned as is; nothing is sent when the file is empty.
+  Result<ExportedFile> export_file(std::string_view path,
+                                   const std::function<Result<void>(std::string_view chunk)>& sink);
+
   // Asked before import_tar writes a regular file of the given size: an error refuses
   // the entry (the archive import helper checks its session's free disk and memory, so
   // a file that cannot fit fails cleanly instead of meeting the OOM killer).
@@ -208,7 +239,29 @@ class SessionFs {
   // by its mode bits (owner, group, other), and in a sticky directory an entry of
   // another owner is not replaced or removed: permission_denied, as the sandbox user
   // would get. Off by default (a sandbox user that is root inside passes anyway).
+  // On, reads act as the owner too: a file is read (read_file, open_read, export_file)
+  // only when its mode bits let the owner read it, a directory is listed only when it
+  // may read and search it, and the directories of the path as given (the resolved
+  // parent and its ancestors) must be searchable by the owner for any operation. Group
+  // rights use the owner's primary group only.
   void respect_owner_permissions(bool on) { as_owner_ = on; }
+
+  // Host ids of the sandbox are inside ids + `base` (its id slot): FileInfo's uid/gid
+  // then report inside ids (65534, "nobody", for a host id outside the slot).
+  void set_id_base(uint32_t base) { id_base_ = base; }
+  // The sandbox's account name of an inside uid or gid, from its /etc/passwd and
+  // /etc/group (read once per SessionFs, at most 1 MiB each); the number as text when
+  // it has none. 0 is always "root".
+  std::string user_name(uint32_t uid) const;
+  std::string group_name(uint32_t gid) const;
+  // Who this view acts as, for callers that resolve paths relative to a home
+  // (informational: SessionFs itself takes absolute paths only).
+  void set_account(std::string name, std::string home) {
+    account_name_ = std::move(name);
+    home_ = std::move(home);
+  }
+  const std::string& account_name() const { return account_name_; }
+  const std::string& home() const { return home_; }
   // Whether an archive may be imported into directory `dir`: within the writable
   // roots and (respect_owner_permissions) writable by the owner.
   Result<void> check_import_target(std::string_view dir) const;
@@ -241,6 +294,13 @@ class SessionFs {
   Result<bool> within(int dir_fd, std::string_view path, const std::vector<std::string>& roots) const;
   Result<void> check_owner_may_write(int dir_fd, std::string_view path) const;
   bool owner_may_write(const struct stat& dir) const;
+  // Whether the owner has `bit` (4 read, 2 write, 1 search) on `st` by its mode bits.
+  bool owner_may(const struct stat& st, unsigned bit) const;
+  // as_owner_: every directory from `dir_fd` up to the root is searchable by the owner.
+  Result<void> check_owner_may_reach(int dir_fd, std::string_view path) const;
+  // as_owner_: the owner may read the opened inode (`dir`: and search it).
+  Result<void> check_owner_may_read(const struct stat& st, std::string_view path, bool dir) const;
+  std::string id_name(uint32_t id, bool group) const;
   Result<void> check_exportable(int dir_fd, std::string_view path) const;
   bool exports_everything() const;
   // Creates directory `name` in `dir_fd` with `mode`, owned by the owner (EEXIST is
@@ -249,7 +309,11 @@ class SessionFs {
                            std::string_view what) const;
   // A temp file in `dir` (owner and `mode` applied) to be renamed over `name`.
   Result<FileUpload> start_upload(UniqueFd dir, std::string name, std::string path, uint32_t mode,
-                                  uint64_t max_bytes) const;
+                                  uint64_t max_bytes,
+                                  const std::vector<std::pair<std::string, std::string>>& xattrs = {}) const;
+  // FileInfo's host ids to inside ids (set_id_base).
+  void localize(FileInfo& info) const;
+  static constexpr uint32_t kIdsPerSandbox = 65536;  // a sandbox's id slot (jail/userns.h)
 
   struct TarImport;  // fs_tar.cc
 
@@ -262,6 +326,11 @@ class SessionFs {
   bool as_owner_ = false;
   std::vector<std::string> export_roots_{"/"};
   ExportFilter export_filter_;
+  uint32_t id_base_ = 0;
+  std::string account_name_, home_;
+  // /etc/passwd and /etc/group of the sandbox, read on first use.
+  mutable std::once_flag names_once_;
+  mutable std::map<uint32_t, std::string> user_names_, group_names_;
 };
 
 }  // namespace cela::session

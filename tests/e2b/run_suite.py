@@ -8,6 +8,8 @@ E2B_SANDBOX_URL at cela. It gets, in its environment:
   E2B_API_KEY                    an e2b_<hex> key of tenant `default`
   CELA_URL, CELA_KEY             the same daemon's native API (bearer key), for checks
                                  that what the SDK did is what the session layer did
+  CELA_STATE_DIR                 its state dir (e2b-token.key: a suite may derive a
+                                 sandbox token for a session it made natively)
 Exit status: node's. Afterwards the daemon is stopped and nothing of it may be left
 (cgroups, sandbox processes): a leftover fails the run.
 """
@@ -44,7 +46,7 @@ def main():
         assert status == 201, key
         url = f"http://127.0.0.1:{daemon.port}"
         env = dict(os.environ, E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=key["key"],
-                   CELA_URL=url, CELA_KEY=daemon.key)
+                   CELA_URL=url, CELA_KEY=daemon.key, CELA_STATE_DIR=daemon.state)
         env.pop("E2B_DOMAIN", None)
         try:
             suite = str(Path(args.suite).resolve())  # node runs in tests/e2b (its node_modules)

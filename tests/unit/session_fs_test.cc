@@ -4,6 +4,8 @@
 // Runs as root (owners, a tmpfs mount, a device node); the mount test skips without it.
 #include "session/session_fs.h"
 
+#include "common/sha256.h"
+
 #include <archive.h>
 #include <archive_entry.h>
 #include <fcntl.h>
@@ -988,3 +990,110 @@ TEST_F(SessionFsTest, ExportPolicy) {
 
 }  // namespace
 }  // namespace cela::session
+
+// ---- the E2B facade's needs: reads as the owner, resolved paths, attributes, streaming
+
+TEST_F(SessionFsTest, ReadsAsOwnerRespectModeBits) {
+  fs::create_directories(root_ + "/root");
+  ::chmod((root_ + "/root").c_str(), 0700);
+  put(root_ + "/root/secret", "s");
+  put(root_ + "/etc/shadowish", "s");
+  ::chmod((root_ + "/etc/shadowish").c_str(), 0600);
+  put(root_ + "/etc/open", "o");
+  auto sfs = make_fs();
+  sfs.respect_owner_permissions(true);
+  EXPECT_CODE(sfs.read_file("/root/secret"), ErrorCode::permission_denied);
+  EXPECT_CODE(sfs.list("/root"), ErrorCode::permission_denied);
+  EXPECT_CODE(sfs.stat("/root/secret"), ErrorCode::permission_denied);
+  EXPECT_CODE(sfs.read_file("/etc/shadowish"), ErrorCode::permission_denied);
+  EXPECT_CODE(sfs.write_file("/root/new", "x"), ErrorCode::permission_denied);
+  EXPECT_FALSE(lexists(root_ + "/root/new"));
+  auto open = sfs.read_file("/etc/open");
+  ASSERT_TRUE(open);
+  EXPECT_EQ(*open, "o");
+  // A symlink the sandbox planted does not turn the owner into root.
+  symlink_at("/root/secret", root_ + "/tmp/l");
+  EXPECT_CODE(sfs.read_file("/tmp/l"), ErrorCode::permission_denied);
+  // The daemon's own view reads everything, as before.
+  auto plain = make_fs();
+  EXPECT_TRUE(plain.read_file("/root/secret"));
+}
+
+TEST_F(SessionFsTest, RealPathResolvesInsideTheRoot) {
+  fs::create_directories(root_ + "/a/b");
+  put(root_ + "/a/b/f", "x");
+  symlink_at("b/f", root_ + "/a/rel");
+  symlink_at("/a/b", root_ + "/abs");
+  symlink_at(climb_to_outside(), root_ + "/escape");
+  symlink_at("loop2", root_ + "/loop1");
+  symlink_at("loop1", root_ + "/loop2");
+  auto sfs = make_fs();
+  EXPECT_EQ(sfs.real_path("/a/rel").value_or("?"), "/a/b/f");
+  EXPECT_EQ(sfs.real_path("/abs/f").value_or("?"), "/a/b/f");
+  EXPECT_EQ(sfs.real_path("/a/b/../../a/./b").value_or("?"), "/a/b");
+  // ".." climbing past the root stops at it: the host's outside dir is not reached.
+  auto esc = sfs.real_path("/escape");
+  if (esc) {
+    EXPECT_EQ(*esc, outside_);  // the sandbox path of that name, under the fake root
+  } else {
+    EXPECT_EQ(esc.error().code, ErrorCode::not_found);
+  }
+  EXPECT_CODE(sfs.real_path("/loop1"), ErrorCode::invalid_argument);
+  EXPECT_CODE(sfs.real_path("/missing/x"), ErrorCode::not_found);
+  expect_outside_untouched();
+}
+
+TEST_F(SessionFsTest, UploadAttributesAndInsideIds) {
+  auto sfs = make_fs();
+  WriteOptions o;
+  o.xattrs = {{"user.e2b.team", "blue"}};
+  ASSERT_TRUE(sfs.write_file("/meta", "m", o));
+  auto attrs = sfs.xattrs("/meta", "user.e2b.");
+  ASSERT_TRUE(attrs) << attrs.error().message();
+  ASSERT_EQ(attrs->size(), 1u);
+  EXPECT_EQ((*attrs)[0].first, "team");
+  EXPECT_EQ((*attrs)[0].second, "blue");
+  WriteOptions bad;
+  bad.xattrs = {{"trusted.x", "1"}};
+  EXPECT_CODE(sfs.write_file("/meta2", "m", bad), ErrorCode::invalid_argument);
+  // Owner ids as the sandbox sees them once the id base is known.
+  sfs.set_id_base(kUid - 1000);
+  auto st = sfs.stat("/meta");
+  ASSERT_TRUE(st);
+  EXPECT_EQ(st->uid, 1000u);
+  EXPECT_EQ(st->format, static_cast<uint32_t>(S_IFREG));
+  put(root_ + "/etc/passwd", "root:x:0:0::/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/bash\n");
+  put(root_ + "/etc/group", "root:x:0:\nuser:x:1000:\n");
+  EXPECT_EQ(sfs.user_name(1000), "user");
+  EXPECT_EQ(sfs.group_name(1000), "user");
+  EXPECT_EQ(sfs.user_name(0), "root");
+  EXPECT_EQ(sfs.user_name(4242), "4242");
+}
+
+TEST_F(SessionFsTest, ExportFileStreamsWithTheReadChecks) {
+  std::string big(200000, 'z');
+  put(root_ + "/big", big);
+  auto sfs = make_fs();
+  std::string got;
+  size_t chunks = 0;
+  auto r = sfs.export_file("/big", [&](std::string_view c) -> Result<void> {
+    got.append(c);
+    ++chunks;
+    return {};
+  });
+  ASSERT_TRUE(r) << r.error().message();
+  EXPECT_EQ(got, big);
+  EXPECT_GT(chunks, 1u);
+  EXPECT_EQ(r->size, big.size());
+  EXPECT_EQ(r->sha256, sha256_hex(big));
+  FsLimits small;
+  small.max_file_bytes = 1000;
+  auto capped = make_fs(small);
+  EXPECT_CODE(capped.export_file("/big", [](std::string_view) -> Result<void> { return {}; }), ErrorCode::limit);
+  symlink_at(climb_to_outside() + "/secret", root_ + "/leak");
+  auto leak = sfs.export_file("/leak", [&](std::string_view c) -> Result<void> {
+    EXPECT_EQ(std::string(c).find(kSecret), std::string::npos);
+    return {};
+  });
+  EXPECT_FALSE(leak);
+}

@@ -1,6 +1,8 @@
 #include "api/e2b/e2b.h"
 
 #include "api/e2b/control.h"
+#include "api/e2b/envd_files.h"
+#include "api/e2b/envd_fs.h"
 
 #include <string>
 
@@ -14,6 +16,8 @@ void add_e2b_routes(E2bContext& ctx) {
   add_envd_health_route(ctx);
   add_envd_process_routes(ctx);
   add_port_routes(ctx);
+  add_envd_files_routes(ctx);
+  add_envd_fs_routes(ctx);
 }
 
 Authenticator make_sandbox_authenticator(const SandboxTokens& tokens) {
