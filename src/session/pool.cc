@@ -118,6 +118,11 @@ void SessionManager::boot_pooled(WarmPool& pool) {
   // for one: Admission::reserve answers at once with wait 0 (on a later turn).
   auto tmpl = rootfs::load_template(templates_, pool.config.template_name);
   if (!tmpl) return retry_pool_later(pool, tmpl.error());
+  // A template's start command runs with the session it serves (booted()), which a
+  // pooled sandbox does not have yet: such templates start cold, and their pool says so.
+  if (tmpl->start)
+    return retry_pool_later(pool, Error{ErrorCode::invalid_argument, 0,
+                                        "template " + tmpl->name + " has a start command: its sessions start cold"});
   if (admission_.full()) return retry_pool_later(pool, Error{ErrorCode::capacity_exceeded, 0, "the host is full"});
   ++pool.booting;
   admission_.reserve(std::chrono::seconds(0), [this, &pool, tmpl = *tmpl](Result<void> reserved) {
@@ -239,6 +244,7 @@ bool SessionManager::claim_pooled(const Caller& caller, const CreateSessionSpec&
   if (auto q = Admission::check_quota(store_, *tenant, spec.limits); !q) return answer(std::unexpected(q.error()));
   auto tmpl = rootfs::load_template(templates_, spec.template_name);
   if (!tmpl) return false;  // the cold path says why
+  if (tmpl->start) return false;  // booted() runs it for a cold session (boot_pooled)
   if (tmpl->dev_only)
     if (auto ok = dev_template_allowed(caller, spec.template_name); !ok) return answer(std::unexpected(ok.error()));
   // Sandboxes of an older version of the template are replaced, not handed out.

@@ -334,6 +334,24 @@ def test_pooled_sessions_count_against_host_capacity():
         d.close()
 
 
+@pytest.mark.skipif(not Path("/var/lib/cela/templates/code-interpreter").exists(),
+                    reason="make code-interpreter-template builds it")
+def test_a_template_with_a_start_command_is_never_handed_out_from_a_pool():
+    """A pooled sandbox has not run its template's start command (that runs with the
+    session it serves): a pool of such a template boots nothing and says why, and a
+    create starts cold with its server up."""
+    d = Daemon({"pools": [{"template": "code-interpreter", "size": 1, "limits": {"memory_mb": 1024}}]}).start()
+    try:
+        assert wait_until(lambda: "start command" in (pools(d)[0]["last_error"] or ""), 30), pools(d)
+        assert pools(d)[0]["ready"] == 0 and not pooled_ids(d)
+        sid = d.session(template="code-interpreter", limits={"memory_mb": 1024})
+        r = d.run(sid, "python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.1:49999/health').status)\"")
+        assert r["exit_code"] == 0 and r["stdout"].strip() == "200", r
+        d.delete(sid)
+    finally:
+        d.close()
+
+
 def test_pooled_sessions_end_with_the_daemon_and_after_a_crash():
     d = Daemon({"pools": [{"template": "base", "size": 2, "limits": POOL_LIMITS}]}).start()
     try:
