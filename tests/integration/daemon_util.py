@@ -66,7 +66,9 @@ class Daemon:
                                      preexec_fn=preexec)
         ownership.register_process(self.proc.pid)
         ownership.register_state_dir(self.state)
-        end = time.monotonic() + 15
+        # Start includes recovery, which waits for the kernel to release what a crashed
+        # daemon's sessions held (cgroups, loop-backed layers): seconds under I/O load.
+        end = time.monotonic() + 60
         while time.monotonic() < end:
             try:
                 if self.request("GET", "/healthz")[0] == 200:
