@@ -1,9 +1,5 @@
 #include "api/e2b/sandbox_lookup.h"
 
-#include <boost/json/object.hpp>
-
-#include "common/json_text.h"
-
 namespace cela::api::e2b {
 
 std::string sandbox_id(const Request& req) {
@@ -12,10 +8,12 @@ std::string sandbox_id(const Request& req) {
 }
 
 void answer_sandbox_not_found(Responder& res, std::string_view sandbox_id) {
+  // Always E2B's shape, whatever the route's style (a Connect route too): E2B's proxy
+  // answers before envd is reached. render_error names the sandbox in a 502.
   std::string id(sandbox_id);
-  res.raw(502, "application/json",
-          json_text(boost::json::object{
-              {"sandboxId", id}, {"message", "The sandbox " + id + " was not found"}, {"code", 502}}));
+  ApiError e = ApiError::bad_gateway("The sandbox " + id + " was not found").with_session(id);
+  RenderedError rendered = render_error(ErrorStyle::e2b, e, res.request().request_id);
+  res.raw(rendered.status, "application/json", std::move(rendered.body));
 }
 
 void with_live_sandbox(E2bContext& ctx, Responder& res, std::function<void()> then) {
