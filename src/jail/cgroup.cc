@@ -232,6 +232,13 @@ Result<std::vector<std::string>> list_children(const std::string& dir) {
   while (const dirent* entry = ::readdir(stream.get())) {
     std::string name = entry->d_name;
     if (name == "." || name == "..") continue;
+    // cgroupfs fills d_type: a stat per entry (dozens of control files per cgroup)
+    // only where a filesystem does not.
+    if (entry->d_type == DT_DIR) {
+      names.push_back(name);
+      continue;
+    }
+    if (entry->d_type != DT_UNKNOWN) continue;
     struct stat st = {};
     if (::stat((dir + "/" + name).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) names.push_back(name);
   }

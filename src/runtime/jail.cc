@@ -12,10 +12,12 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cstdio>
 #include <deque>
 #include <map>
+#include <optional>
 
 #include "jail/cgroup.h"
 #include "jail/exec_notify.h"
@@ -34,6 +36,9 @@ std::string_view to_string(Stream stream) { return stream == Stream::stdout_stre
 namespace {
 
 using Descriptor = asio::posix::stream_descriptor;
+
+// Sandboxes of one backend that hold a spare exec cgroup at once (JailInstance).
+constexpr int kMaxSpares = 256;
 
 // One exec of a jail: its cgroup, stdin writer and the two output readers.
 class JailExec final : public Exec {
@@ -107,13 +112,14 @@ class JailExec final : public Exec {
     if (::ioctl(master_.get(), TIOCSWINSZ, &size) != 0) return sys_fail("resize the exec's tty");
     return {};
   }
-  bool release_if_empty() override {
-    if (!cgroup_) return true;
+  bool release_if_empty() override { return take_if_empty() != nullptr || !cgroup_; }
+  // The exec's cgroup once none of its processes is left (null while some are, or
+  // when it is already gone): the caller removes it.
+  std::unique_ptr<jail::Cgroup> take_if_empty() {
+    if (!cgroup_) return nullptr;
     auto pop = cgroup_->populated();
-    if (!pop || *pop) return false;
-    (void)cgroup_->destroy();
-    cgroup_.reset();
-    return true;
+    if (!pop || *pop) return nullptr;
+    return std::move(cgroup_);
   }
   // The session's cgroup removal takes the children first.
   void forget_cgroup() { cgroup_.reset(); }
@@ -254,8 +260,12 @@ class JailWriterLauncher final : public WriterLauncher {
 class JailInstance final : public Instance {
  public:
   JailInstance(std::unique_ptr<jail::Sandbox> sandbox, jail::UidSlot slot, std::unique_ptr<Disk> disk,
-               std::vector<std::shared_ptr<VolumeUse>> volumes)
-      : sandbox_(std::move(sandbox)), slot_(std::move(slot)), disk_(std::move(disk)), volumes_(std::move(volumes)) {
+               std::vector<std::shared_ptr<VolumeUse>> volumes, std::shared_ptr<std::atomic<int>> spares)
+      : sandbox_(std::move(sandbox)),
+        slot_(std::move(slot)),
+        disk_(std::move(disk)),
+        volumes_(std::move(volumes)),
+        spares_(std::move(spares)) {
     if (disk_) {
       meter_ = disk_->meter();
     } else {
@@ -289,22 +299,27 @@ class JailInstance final : public Instance {
   Result<std::unique_ptr<Exec>> exec(const ProcessSpec& spec, ExecListener& listener) override {
     assert(reactor_ && "attach() first");
     if (destroyed_) return fail(ErrorCode::gone, "the sandbox has ended");
-    uint64_t id = next_id_++;
-    auto cg = sandbox_->cgroup().create_child("e-" + std::to_string(id));
-    if (!cg) return std::unexpected(cg.error());
+    // The exec's own cgroup: the spare made while the previous exec ran, else a new one.
+    auto taken = spare_ ? Result<ExecCgroup>(take_spare()) : make_exec_cgroup();
+    if (!taken) return std::unexpected(taken.error());
+    uint64_t id = taken->id;
     // The exec joins its cgroup itself, before anything else runs in it.
-    auto join = (*cg)->open_self_attach(true);
+    auto join = taken->cgroup->open_self_attach(true);
     if (!join) {
-      (void)(*cg)->destroy();
+      retire(std::move(taken->cgroup));
       return std::unexpected(join.error());
     }
     std::vector<int> fds;
     for (auto& fd : *join) fds.push_back(fd.get());
     agent::ExecRequest req = to_exec_request(spec);
     req.id = id;
-    auto e = std::make_unique<JailExec>(*reactor_, std::move(*cg), listener, spec.tty);
+    auto e = std::make_unique<JailExec>(*reactor_, std::move(taken->cgroup), listener, spec.tty);
     if (auto sent = sandbox_->send_exec(req, fds); !sent) return std::unexpected(sent.error());
     execs_[id] = {e.get(), &listener};
+    // A session that runs one exec usually runs another: its cgroup is made now, while
+    // init starts this one and the reactor would otherwise wait.
+    want_spare_ = true;
+    tidy_later();
     return std::unique_ptr<Exec>(new ExecHandle(std::move(e), *this, id));
   }
 
@@ -396,8 +411,11 @@ class JailInstance final : public Instance {
       (void)sandbox_->cgroup().request_freeze(false);
       frozen_ = false;
     }
-    // Per-exec cgroups are children of the sandbox's: it removes them first.
+    // Per-exec cgroups are children of the sandbox's: they go first (processes left in
+    // one are killed with it).
     for (auto& [id, e] : execs_) e.exec->forget_cgroup();
+    drop_spare();
+    retired_.clear();
     auto report = sandbox_->destroy();
     if (report) teardown_.cgroup_removed = report->cgroup_removed;
     else teardown_.error = report.error().message();
@@ -437,7 +455,15 @@ class JailInstance final : public Instance {
     Result<jail::CgroupStats> stats() const override { return e_->stats(); }
     void stop_output() override { e_->stop_output(); }
     Result<void> resize(uint16_t cols, uint16_t rows) override { return e_->resize(cols, rows); }
-    bool release_if_empty() override { return e_->release_if_empty(); }
+    // The empty cgroup is removed after the current reactor turn (the exec's answer
+    // goes first); a sandbox already gone removed it with its own.
+    bool release_if_empty() override {
+      if (!*owner_alive_ || owner_.destroyed_) return e_->release_if_empty();
+      auto cg = e_->take_if_empty();
+      if (!cg) return e_->release_if_empty();
+      owner_.retire(std::move(cg));
+      return true;
+    }
 
    private:
     std::unique_ptr<JailExec> e_;
@@ -453,6 +479,63 @@ class JailInstance final : public Instance {
   };
 
   using Clock = std::chrono::steady_clock;
+
+  // ---- per-exec cgroups (cgroup "e-<id>" below the sandbox's) ---------------------
+  // Making one costs a mkdir per hierarchy and removing it an rmdir per hierarchy:
+  // neither is done between an exec request and its answer when it can be avoided. A
+  // spare is made after an exec was sent (the reactor waits for init then anyway) and
+  // taken by the next exec; an ended exec's cgroup is removed after the turn that
+  // answered it. At most kMaxSpares sandboxes of a backend hold a spare (each is a
+  // memory cgroup in the kernel); the others make their cgroup in the request.
+  struct ExecCgroup {
+    uint64_t id = 0;
+    std::unique_ptr<jail::Cgroup> cgroup;
+  };
+
+  Result<ExecCgroup> make_exec_cgroup() {
+    uint64_t id = next_id_++;
+    auto cg = sandbox_->cgroup().create_child("e-" + std::to_string(id));
+    if (!cg) return std::unexpected(cg.error());
+    return ExecCgroup{id, std::move(*cg)};
+  }
+  ExecCgroup take_spare() {
+    ExecCgroup taken = std::move(*spare_);
+    drop_spare();
+    return taken;
+  }
+  void drop_spare() {
+    if (!spare_) return;
+    spare_.reset();
+    spares_->fetch_sub(1);
+  }
+  void retire(std::unique_ptr<jail::Cgroup> cgroup) {
+    retired_.push_back(std::move(cgroup));
+    tidy_later();
+  }
+  // Once per reactor turn at most: removes retired cgroups, then makes the spare.
+  void tidy_later() {
+    if (tidy_posted_ || !reactor_) return;
+    tidy_posted_ = true;
+    asio::post(*reactor_, [this, alive = alive_] {
+      if (!*alive) return;
+      tidy_posted_ = false;
+      if (destroyed_) return;
+      for (auto& cg : std::exchange(retired_, {}))
+        if (auto r = cg->destroy(); !r)
+          std::fprintf(stderr, "cela: remove cgroup %s: %s\n", cg->name().c_str(), r.error().message().c_str());
+      if (!want_spare_ || spare_ || dead_) return;
+      if (spares_->fetch_add(1) >= kMaxSpares) {
+        spares_->fetch_sub(1);
+        return;
+      }
+      auto made = make_exec_cgroup();
+      if (!made) {
+        spares_->fetch_sub(1);
+        return;  // the next exec makes its own (and reports why not)
+      }
+      spare_ = std::move(*made);
+    });
+  }
 
   // Never inside the caller's own call: the answer comes on a later reactor turn, and
   // also once the instance is gone (the completion holds what it needs).
@@ -622,6 +705,10 @@ class JailInstance final : public Instance {
   std::function<void(const ProcessEvent&)> on_process_;
   std::map<uint64_t, Entry> execs_;
   uint64_t next_id_ = 1;
+  std::optional<ExecCgroup> spare_;
+  std::vector<std::unique_ptr<jail::Cgroup>> retired_;  // empty exec cgroups to remove
+  bool want_spare_ = false, tidy_posted_ = false;
+  std::shared_ptr<std::atomic<int>> spares_;  // the backend's count of sandboxes holding a spare
   std::map<uint64_t, std::function<void(Result<UniqueFd>)>> sockets_;  // open_socket requests in flight
   uint64_t next_socket_ref_ = 1;
   bool destroyed_ = false, dead_ = false;
@@ -679,7 +766,7 @@ class JailBackend final : public Backend {
     auto sandbox = jail::Sandbox::start(sb, *cgroups_, seccomp_);
     if (!sandbox) return std::unexpected(sandbox.error());  // disk and volumes let go here
     return std::unique_ptr<Instance>(
-        new JailInstance(std::move(*sandbox), std::move(*slot), std::move(disk), std::move(uses)));
+        new JailInstance(std::move(*sandbox), std::move(*slot), std::move(disk), std::move(uses), spares_));
   }
 
   Result<void> remove_stale(const std::string& name) override { return cgroups_->remove_stale(name); }
@@ -699,6 +786,7 @@ class JailBackend final : public Backend {
   JailOptions options_;
   std::unique_ptr<DiskPool> disks_;
   VolumeMounts volumes_;
+  std::shared_ptr<std::atomic<int>> spares_ = std::make_shared<std::atomic<int>>(0);
 };
 
 }  // namespace
