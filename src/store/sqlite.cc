@@ -42,10 +42,19 @@ Stmt::Stmt(Stmt&& other) noexcept
     : db_(other.db_),
       stmt_(std::exchange(other.stmt_, nullptr)),
       step_(std::move(other.step_)),
+      cached_(std::exchange(other.cached_, nullptr)),
       bind_rc_(other.bind_rc_) {}
 
 Stmt::~Stmt() {
-  if (stmt_ != nullptr) sqlite3_finalize(stmt_);
+  if (stmt_ == nullptr) return;
+  if (cached_ == nullptr) {
+    sqlite3_finalize(stmt_);
+    return;
+  }
+  // Reset ends any read it had open (an unfinished read would block COMMIT).
+  sqlite3_reset(stmt_);
+  sqlite3_clear_bindings(stmt_);
+  cached_->in_use = false;
 }
 
 void Stmt::bind_at(int index, std::string_view value) {
@@ -128,20 +137,37 @@ Result<Db> Db::open(const std::string& path, int flags) {
   return db;
 }
 
-Db::Db(Db&& other) noexcept : db_(std::exchange(other.db_, nullptr)) {}
+Db::Db(Db&& other) noexcept : db_(std::exchange(other.db_, nullptr)), cache_(std::move(other.cache_)) {}
 
 Db::~Db() {
+  if (cache_)
+    for (auto& [sql, cached] : *cache_) sqlite3_finalize(cached.stmt);
   if (db_ != nullptr) sqlite3_close_v2(db_);
 }
 
 Result<Stmt> Db::prepare(std::string_view sql, std::string step) {
+  CachedStmt* slot = nullptr;
+  if (auto it = cache_->find(std::string(sql)); it != cache_->end()) {
+    // In use: the same text open twice at once (a nested query) gets its own copy.
+    if (!it->second.in_use) {
+      it->second.in_use = true;
+      return Stmt(db_, it->second.stmt, std::move(step), &it->second);
+    }
+  } else if (cache_->size() < kCachedStatements) {
+    slot = &(*cache_)[std::string(sql)];
+  }
   sqlite3_stmt* stmt = nullptr;
-  int rc = sqlite3_prepare_v2(db_, sql.data(), static_cast<int>(sql.size()), &stmt, nullptr);
+  int rc = sqlite3_prepare_v3(db_, sql.data(), static_cast<int>(sql.size()),
+                              slot != nullptr ? SQLITE_PREPARE_PERSISTENT : 0, &stmt, nullptr);
   if (rc != SQLITE_OK) {
     sqlite3_finalize(stmt);
+    if (slot != nullptr) cache_->erase(std::string(sql));
     return std::unexpected(sqlite_error(db_, rc, step + " (prepare)"));
   }
-  return Stmt(db_, stmt, std::move(step));
+  if (slot == nullptr) return Stmt(db_, stmt, std::move(step));
+  slot->stmt = stmt;
+  slot->in_use = true;
+  return Stmt(db_, stmt, std::move(step), slot);
 }
 
 Result<void> Db::exec(std::string_view sql, std::string_view step) {

@@ -9,9 +9,11 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "common/error.h"
 
@@ -28,12 +30,19 @@ struct NullIfEmpty {
   std::string_view text;
 };
 
-// One prepared statement; finalized on destruction. Bind errors are kept and
-// reported by the next step()/run(), so call sites bind without checking.
+// A statement Db keeps prepared between uses (Db::prepare); `in_use` while a Stmt holds it.
+struct CachedStmt {
+  sqlite3_stmt* stmt = nullptr;
+  bool in_use = false;
+};
+
+// One prepared statement; finalized on destruction, or reset and handed back to its
+// connection's cache when it came from there. Bind errors are kept and reported by the
+// next step()/run(), so call sites bind without checking.
 class Stmt {
  public:
-  Stmt(sqlite3* db, sqlite3_stmt* stmt, std::string step)
-      : db_(db), stmt_(stmt), step_(std::move(step)) {}
+  Stmt(sqlite3* db, sqlite3_stmt* stmt, std::string step, CachedStmt* cached = nullptr)
+      : db_(db), stmt_(stmt), step_(std::move(step)), cached_(cached) {}
   Stmt(const Stmt&) = delete;
   Stmt& operator=(const Stmt&) = delete;
   Stmt(Stmt&& other) noexcept;
@@ -79,6 +88,7 @@ class Stmt {
   sqlite3* db_;
   sqlite3_stmt* stmt_;
   std::string step_;
+  CachedStmt* cached_;
   int bind_rc_ = SQLITE_OK;
 };
 
@@ -107,8 +117,11 @@ class Db {
   Db& operator=(Db&&) = delete;
   ~Db();
 
-  // `step` names the operation in errors ("insert session").
+  // `step` names the operation in errors ("insert session"). The statement is compiled
+  // once per distinct SQL text (up to kCachedStatements of them) and reused: parsing
+  // costs more than running most of the store's statements.
   Result<Stmt> prepare(std::string_view sql, std::string step);
+  static constexpr size_t kCachedStatements = 256;
   // Runs one or more statements that return no rows.
   Result<void> exec(std::string_view sql, std::string_view step);
   // The first column of the first row (0 when there is none). The statement is
@@ -120,6 +133,9 @@ class Db {
  private:
   explicit Db(sqlite3* db) : db_(db) {}
   sqlite3* db_ = nullptr;
+  // By SQL text. Node-based: a Stmt's pointer to its entry survives rehashing.
+  std::unique_ptr<std::unordered_map<std::string, CachedStmt>> cache_ =
+      std::make_unique<std::unordered_map<std::string, CachedStmt>>();
 };
 
 // BEGIN IMMEDIATE .. COMMIT. IMMEDIATE takes the write lock up front, so a
