@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc)
 
 # Debian packages the build, the tests and the benchmarks need.
 DEB_PACKAGES := build-essential cmake pkg-config \
-  libboost1.81-dev libboost-json1.81-dev libseccomp-dev libcap-dev libssl-dev \
+  libboost1.81-dev libboost-json1.81-dev libseccomp-dev libssl-dev \
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libsqlite3-dev libarchive-dev zlib1g-dev \
   python3 python3-pytest python3-prometheus-client python3-websockets debootstrap bubblewrap ca-certificates \
   nodejs umoci tmux

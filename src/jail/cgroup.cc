@@ -232,10 +232,9 @@ Result<std::vector<std::string>> list_children(const std::string& dir) {
   while (const dirent* entry = ::readdir(stream.get())) {
     std::string name = entry->d_name;
     if (name == "." || name == "..") continue;
-    // cgroupfs fills d_type: a stat per entry (dozens of control files per cgroup)
-    // only where a filesystem does not.
+    // cgroupfs fills in d_type: one stat per child only where a filesystem does not.
     if (entry->d_type == DT_DIR) {
-      names.push_back(name);
+      names.push_back(std::move(name));
       continue;
     }
     if (entry->d_type != DT_UNKNOWN) continue;
