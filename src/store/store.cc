@@ -936,13 +936,29 @@ Result<void> Store::insert_exec(const ExecRecord& e) {
 }
 
 Result<bool> Store::finish_exec(const ExecRecord& e) {
+  std::lock_guard lock(mu_);
+  return finish_exec_locked(e);
+}
+
+Result<bool> Store::finish_exec(const ExecRecord& e, const std::vector<OutputRecord>& outputs) {
+  std::lock_guard lock(mu_);
+  auto txn = Transaction::begin(db_, "finish exec " + e.id);
+  if (!txn) return std::unexpected(txn.error());
+  for (const OutputRecord& o : outputs)
+    if (auto r = set_output_locked(o); !r) return std::unexpected(r.error());
+  auto finished = finish_exec_locked(e);
+  if (!finished) return finished;
+  if (auto r = txn->commit(); !r) return std::unexpected(r.error());
+  return finished;
+}
+
+Result<bool> Store::finish_exec_locked(const ExecRecord& e) {
   const std::string step = "finish exec " + e.id;
   if (!is_exec_state(e.state) || e.state == exec_state::running) {
     return fail(ErrorCode::invalid_argument,
                 step + ": '" + e.state + "' is not a final exec state");
   }
   const int64_t now = now_ms();
-  std::lock_guard lock(mu_);
   // ended_at defaults to now, duration_ms to ended - started.
   auto stmt = db_.prepare(
       "UPDATE execs SET state = ?, exit_code = ?, signal = ?, reason = ?, ended_at = ?, "
@@ -1056,6 +1072,10 @@ Result<std::vector<std::string>> Store::purge_ended_before(std::string_view ende
 
 Result<void> Store::set_output(const OutputRecord& o) {
   std::lock_guard lock(mu_);
+  return set_output_locked(o);
+}
+
+Result<void> Store::set_output_locked(const OutputRecord& o) {
   auto stmt = db_.prepare(
       "INSERT OR REPLACE INTO exec_output (exec_id, stream, path, bytes, truncated) "
       "VALUES (?, ?, ?, ?, ?)",

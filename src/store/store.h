@@ -138,6 +138,9 @@ class Store {
   // ended_at, duration/cpu/memory, byte counts, truncated, partial). False, changing
   // nothing, when the exec is missing or no longer running (e.g. closed by recovery).
   Result<bool> finish_exec(const ExecRecord& finished);
+  // set_output for each of `outputs`, then finish_exec, in one transaction: a finished
+  // record always finds its output index, and the exec's end costs one commit.
+  Result<bool> finish_exec(const ExecRecord& finished, const std::vector<OutputRecord>& outputs);
   // Scoped by tenant and session: any mismatch is not_found.
   Result<ExecRecord> get_exec(std::string_view tenant_id, std::string_view session_id,
                               std::string_view exec_id);
@@ -212,6 +215,8 @@ class Store {
                                       KeyForm form = KeyForm::cela);
   Result<TenantRecord> insert_tenant_locked(std::string_view name, const Quotas& quotas);
   Result<Usage> live_usage_locked(std::optional<std::string_view> tenant_id);
+  Result<bool> finish_exec_locked(const ExecRecord& finished);
+  Result<void> set_output_locked(const OutputRecord& output);
   Result<std::vector<SessionRecord>> query_sessions(Stmt& stmt);
   Result<std::vector<ExecRecord>> query_execs(Stmt& stmt);
 

@@ -727,6 +727,63 @@ TEST_F(StoreTest, ExecLifecycleAndOutputIndex) {
   EXPECT_FALSE(store_->set_output({e.id, "stdin", "/x", 0, false}));
 }
 
+TEST_F(StoreTest, ExecEndWritesItsOutputIndexAndRecordInOneTransaction) {
+  SessionRecord s = insert(alpha_);
+  ExecRecord e = exec(s);
+  ASSERT_TRUE(store_->insert_exec(e));
+  e.state = "exited";
+  e.exit_code = 0;
+  e.stdout_bytes = 3;
+  // An index row the schema refuses: nothing of the exec's end is written.
+  std::vector<OutputRecord> bad{{e.id, "stdout", "/state/s/e.stdout", 3, false}, {e.id, "stdin", "/x", 0, false}};
+  EXPECT_FALSE(store_->finish_exec(e, bad));
+  EXPECT_EQ(store_->get_exec(alpha_, s.id, e.id)->state, "running");
+  EXPECT_TRUE(store_->get_output(e.id)->empty());
+
+  std::vector<OutputRecord> good{{e.id, "stdout", "/state/s/e.stdout", 3, false}};
+  auto finished = store_->finish_exec(e, good);
+  ASSERT_TRUE(finished) << finished.error().message();
+  EXPECT_TRUE(*finished);
+  EXPECT_EQ(store_->get_exec(alpha_, s.id, e.id)->state, "exited");
+  ASSERT_EQ(store_->get_output(e.id)->size(), 1u);
+  EXPECT_FALSE(*store_->finish_exec(e, good));  // already final
+}
+
+TEST(SqliteTest, StatementsAreCompiledOncePerTextAndResetBetweenUses) {
+  TempDir dir;
+  auto db = Db::open(dir.path() + "/t.db", SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
+  ASSERT_TRUE(db) << db.error().message();
+  ASSERT_TRUE(db->exec("CREATE TABLE t (v INTEGER); INSERT INTO t VALUES (1), (2), (3)", "setup"));
+  const char* sql = "SELECT v FROM t ORDER BY v";
+  sqlite3_stmt* first = nullptr;
+  {
+    auto st = db->prepare(sql, "read");
+    ASSERT_TRUE(st);
+    first = st->get();
+    ASSERT_TRUE(*st->step());  // left mid-read: the next use starts over
+    EXPECT_EQ(Row(*st).int64(), 1);
+    // The same text open twice at once: its own statement.
+    auto nested = db->prepare(sql, "read again");
+    ASSERT_TRUE(nested);
+    EXPECT_NE(nested->get(), first);
+  }
+  auto again = db->prepare(sql, "read");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->get(), first);
+  ASSERT_TRUE(*again->step());
+  EXPECT_EQ(Row(*again).int64(), 1);
+  // Bindings do not carry over to the next use.
+  {
+    auto ins = db->prepare("INSERT INTO t VALUES (?)", "insert");
+    ASSERT_TRUE(ins);
+    ins->bind(int64_t{7});
+    ASSERT_TRUE(ins->run());
+  }
+  auto ins = db->prepare("INSERT INTO t VALUES (?)", "insert");
+  ASSERT_TRUE(ins && ins->run());
+  EXPECT_EQ(*db->query_int64("SELECT count(*) FROM t WHERE v IS NULL", "count"), 1);
+}
+
 // ---- API JSON ----
 
 TEST_F(StoreTest, JsonShapesFollowTheApi) {
