@@ -140,13 +140,16 @@ void SessionManager::start_exec(const Caller& caller, const std::string& session
     e->close_stdin_after = !spec.stdin_open;
     // Recorded first: an exec the store cannot take is never started.
     if (auto ins = store_.insert_exec(r); !ins) return done(std::unexpected(ins.error()));
-    observe_exec_started(*e, spec);
-    e->pending_stdin = std::move(spec.stdin_text);
+    observe_exec_starting(*e);
     std::shared_ptr<OutputFilter> filter;
     if (s.redactions && !s.redactions->empty()) filter = std::make_shared<RedactingFilter>(s.redactions);
     e->output = std::make_unique<OutputPipeline>(reactor_, output_dir_, r.id, config_.output_cap_bytes, filter);
     auto started = s.instance->exec(*process, *e);
     wipe_env(process->env);
+    // Its audit record is written while init starts it (the reactor would wait then),
+    // in this turn: before anything the exec itself makes the daemon record.
+    observe_exec_started(*e, spec);
+    e->pending_stdin = std::move(spec.stdin_text);
     if (!started) {
       e->observed.start_failure = runtime::StartFailure{runtime::ExecStep::request, started.error().err};
       s.execs[r.id] = e;
@@ -247,25 +250,34 @@ void SessionManager::exec_finished(ExecState& e) {
   r.partial = (r.stdout_bytes + r.stderr_bytes) > 0 && r.state != "exited";
   if (const auto& w = e.output->write_error())
     std::fprintf(stderr, "cela: output of %s is short: %s\n", r.id.c_str(), w->message().c_str());
-  // The output index first: a finished record always finds its output.
+  // The record is final in the store before anyone is told: the output index with it
+  // (one transaction), so a finished record always finds its output.
+  std::vector<store::OutputRecord> outputs;
   for (auto stream : {runtime::Stream::stdout_stream, runtime::Stream::stderr_stream}) {
     std::string path = e.output->path(stream);
     if (path.empty()) continue;
-    (void)store_.set_output({r.id, std::string(runtime::to_string(stream)), path,
-                             static_cast<int64_t>(e.output->kept(stream)), r.output_truncated});
+    outputs.push_back({r.id, std::string(runtime::to_string(stream)), path,
+                       static_cast<int64_t>(e.output->kept(stream)), r.output_truncated});
   }
-  if (auto f = store_.finish_exec(r); !f) pending_execs_[r.session_id].push_back(r), retry_unrecorded();
+  if (auto f = store_.finish_exec(r, outputs); !f) {
+    // Nothing of it was written (state dir full): the index now, the record retried.
+    for (const auto& o : outputs) (void)store_.set_output(o);
+    pending_execs_[r.session_id].push_back(r), retry_unrecorded();
+  }
   e.output->finish(r);
-  observe_exec_ended(e);
+  // Limits it hit are recorded before the answer (a client reads them next).
+  observe_exec_limits_hit(e);
   // The idle timeout counts from the end of the last exec.
   e.session.last_activity = Clock::now();
   if (!e.session.ended)
     if (auto it = sessions_.find(e.session.record.id); it != sessions_.end()) arm_session_timer(it->second);
-  // The exec's cgroup goes once its last process has; background processes it left
-  // keep it (and are ended with the session).
-  if (e.exec) e.exec->release_if_empty();
   complete_all(e.on_start, Result<ExecRecord>(r));
   complete_all(e.on_end, Result<ExecRecord>(r));
+  // After the answer, in this turn (so before whatever the reactor does next): the
+  // exec.end audit record, metrics, and the cgroup, which goes once its last process
+  // has (background processes it left keep it; they end with the session).
+  observe_exec_ended(e);
+  if (e.exec) e.exec->release_if_empty();
 }
 
 // ---- lookups ----------------------------------------------------------------------------

@@ -371,8 +371,14 @@ class SessionManager {
   // A change of a live session that is neither create nor end (session.pause,
   // session.resume, session.reset, session.snapshot): one audit record.
   void observe_change(Session& session, std::string_view kind, boost::json::object data);
+  // Before the exec is sent: the session's counters its limit events are deltas of.
+  void observe_exec_starting(ExecState& e);
+  // Once it was sent (started or not): its exec.start record.
   void observe_exec_started(ExecState& e, const ExecSpec& spec);
   void observe_exec_limits(ExecState& e);
+  // The limit events of an ended exec (before its answer); then, after the answer,
+  // its exec.end record, metrics and files written.
+  void observe_exec_limits_hit(ExecState& e);
   void observe_exec_ended(ExecState& e);
   void observe_process(Session& session, const runtime::ProcessEvent& event);
   void limit_event(Session& session, const std::string& kind, const std::string& detail, const std::string& exec_id);

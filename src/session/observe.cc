@@ -239,12 +239,17 @@ void SessionManager::limit_event(Session& s, const std::string& kind, const std:
 
 // ---- execs ------------------------------------------------------------------------------
 
-void SessionManager::observe_exec_started(ExecState& e, const ExecSpec& spec) {
+void SessionManager::observe_exec_starting(ExecState& e) {
   assert_on_reactor();
   Session& s = e.session;
   if (s.instance)
     if (auto st = s.instance->stats(); st) e.session_at_start = *st;
   e.started_wall_ms = store::now_ms();
+}
+
+void SessionManager::observe_exec_started(ExecState& e, const ExecSpec& spec) {
+  assert_on_reactor();
+  Session& s = e.session;
   obs::AuditLog* log = obs::installed_audit();
   std::string code = spec.cmd.empty() ? "" : spec.cmd;
   for (const auto& a : spec.argv) code += a + '\0';
@@ -283,9 +288,8 @@ void SessionManager::observe_exec_limits(ExecState& e) {
   if (auto sp = layer_space(*s.instance); sp) o.disk_full = sp->available < disk_full_slack(sp->total);
 }
 
-// After classify_exec: the limit events, the exec's audit record, metrics, and the
-// files it wrote.
-void SessionManager::observe_exec_ended(ExecState& e) {
+// After classify_exec: the limit events.
+void SessionManager::observe_exec_limits_hit(ExecState& e) {
   assert_on_reactor();
   Session& s = e.session;
   const ExecRecord& r = e.record;
@@ -313,7 +317,13 @@ void SessionManager::observe_exec_ended(ExecState& e) {
                     " ms",
                 r.id);
   if (r.state == "timed_out") limit_event(s, "timeout", r.reason, r.id);
+}
 
+// After the exec's answer: its audit record, metrics, and the files it wrote.
+void SessionManager::observe_exec_ended(ExecState& e) {
+  assert_on_reactor();
+  Session& s = e.session;
+  const ExecRecord& r = e.record;
   obs::catalog::execs().add({r.tenant_id, r.state});
   obs::catalog::exec_seconds().observe({r.tenant_id}, static_cast<double>(r.duration_ms.value_or(0)) / 1000.0);
   json::object d{{"state", r.state},
