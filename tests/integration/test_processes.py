@@ -87,6 +87,48 @@ def test_two_execs_listed_with_their_exec_ids_and_inside_pids(daemon):
         daemon.delete(sid)
 
 
+def exec_cgroups(sid):
+    """The session's per-exec cgroups (v1: in its memory hierarchy), name -> pids."""
+    base = f"/sys/fs/cgroup/memory/cela/{sid}"
+    if not os.path.isdir(base):
+        base = f"/sys/fs/cgroup/cela/{sid}"
+    out = {}
+    for name in os.listdir(base):
+        if os.path.isdir(os.path.join(base, name)):
+            with open(os.path.join(base, name, "cgroup.procs")) as f:
+                out[name] = f.read().split()
+    return out
+
+
+def test_exec_cgroups_are_made_ahead_and_removed_after_the_answer(daemon):
+    sid = daemon.session(template=TEMPLATE)
+    try:
+        # An idle session holds none (each is a memory cgroup in the kernel).
+        assert exec_cgroups(sid) == {}
+        first = daemon.run(sid, "true")
+        assert first["state"] == "exited", first
+        # The ended exec's cgroup goes after its answer; one empty spare was made while
+        # init started it, for the next exec.
+        spare = wait_until(lambda: (lambda c: c if len(c) == 1 else None)(exec_cgroups(sid)), timeout=5)
+        assert spare and list(spare.values()) == [[]], exec_cgroups(sid)
+        name = next(iter(spare))
+        # The next exec runs in that spare, is labelled with its own id, and its
+        # accounting is its own (a fresh cgroup: one process at most).
+        eid = start(daemon, sid, ["sleep", "305"])
+        procs = wait_until(lambda: (lambda p: p if any(x["cmd"] == "sleep 305" for x in p) else None)(
+            processes(daemon, sid)), timeout=10)
+        assert [p["exec_id"] for p in procs if p["cmd"] == "sleep 305"] == [eid], procs
+        assert len(exec_cgroups(sid).get(name, [])) == 1, exec_cgroups(sid)
+        st, _, _ = daemon.request("POST", f"/v1/sessions/{sid}/execs/{eid}/kill", {"signal": "SIGKILL"})
+        assert st in (200, 202), st
+        rec = wait_until(lambda: (lambda r: r if r["state"] != "running" else None)(exec_record(daemon, sid, eid)))
+        assert rec["pids_peak"] == 1, rec
+        assert wait_until(lambda: name not in exec_cgroups(sid), timeout=5), exec_cgroups(sid)
+    finally:
+        daemon.delete(sid)
+    assert not os.path.exists(f"/sys/fs/cgroup/memory/cela/{sid}")
+
+
 def test_signal_term_ends_one_exec_and_its_record_shows_it(daemon):
     sid = daemon.session(template=TEMPLATE)
     try:
