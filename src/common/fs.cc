@@ -40,7 +40,10 @@ Result<void> write_file(const std::string& path, std::string_view data) {
 Result<uint64_t> read_u64(const std::string& path) {
   auto text = read_file(path);
   if (!text) return std::unexpected(text.error());
-  std::string_view s = *text;
+  return parse_u64(*text, path);
+}
+
+Result<uint64_t> parse_u64(std::string_view s, const std::string& path) {
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.remove_suffix(1);
   if (s == "max") return std::numeric_limits<uint64_t>::max();
   uint64_t value = 0;

@@ -14,6 +14,8 @@ Result<std::string> read_file(const std::string& path);
 Result<void> write_file(const std::string& path, std::string_view data);
 // Reads a file holding one unsigned integer ("max" is reported as UINT64_MAX).
 Result<uint64_t> read_u64(const std::string& path);
+// The number read_u64 reads, from text already read (`path` names it in errors).
+Result<uint64_t> parse_u64(std::string_view text, const std::string& path);
 // Creates `path` with `mode` and missing parents with 0755; existing ones are kept as
 // they are.
 Result<void> make_dirs(const std::string& path, unsigned mode = 0755);

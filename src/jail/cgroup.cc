@@ -105,8 +105,28 @@ bool exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
+Result<std::string> read_control(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return sys_fail("open " + path);
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return sys_fail("read " + path);
+    out.append(buf, static_cast<size_t>(n));
+    if (static_cast<size_t>(n) < sizeof buf) return out;
+  }
+}
+
+Result<uint64_t> read_control_u64(const std::string& path) {
+  auto text = read_control(path);
+  if (!text) return std::unexpected(text.error());
+  return parse_u64(*text, path);
+}
+
 Result<uint64_t> read_key(const std::string& path, std::string_view key) {
-  auto text = read_file(path);
+  auto text = read_control(path);
   if (!text) return std::unexpected(text.error());
   std::istringstream lines(*text);
   std::string line;
@@ -124,12 +144,13 @@ Result<uint64_t> read_key(const std::string& path, std::string_view key) {
 }
 
 Result<uint64_t> read_u64_or_zero(const std::string& path) {
-  if (!exists(path)) return 0;
-  return read_u64(path);
+  auto value = read_control_u64(path);
+  if (!value && value.error().err == ENOENT) return 0;
+  return value;
 }
 
 Result<std::vector<pid_t>> read_pids(const std::string& procs_path) {
-  auto text = read_file(procs_path);
+  auto text = read_control(procs_path);
   if (!text) return std::unexpected(text.error());
   std::vector<pid_t> pids;
   std::istringstream in(*text);

@@ -37,6 +37,10 @@ Result<uint64_t> cpu_quota_us(double cpus);
 Result<void> check_name(const std::string& name);
 
 bool exists(const std::string& path);
+// A control file's text. Statistics are read on the exec path: one read() returns a
+// small seq_file whole (the kernel fills the buffer), so no second read finds its end.
+Result<std::string> read_control(const std::string& path);
+Result<uint64_t> read_control_u64(const std::string& path);
 // The value of `key` in a flat-keyed file ("key value" lines: cpu.stat,
 // memory.events, pids.events, cgroup.events, memory.oom_control).
 Result<uint64_t> read_key(const std::string& path, std::string_view key);

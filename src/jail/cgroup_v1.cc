@@ -174,10 +174,10 @@ Result<CgroupStats> CgroupV1::stats() const {
   StatsReader reader;
   reader.set(stats.cpu_usage_ns, cpu_usage_ns());
   reader.set(stats.cpu_throttled_ns, read_key(paths_.cpu + "/cpu.stat", "throttled_time"));
-  reader.set(stats.memory_current_bytes, read_u64(paths_.memory + "/memory.usage_in_bytes"));
-  reader.set(stats.memory_peak_bytes, read_u64(paths_.memory + "/memory.max_usage_in_bytes"));
+  reader.set(stats.memory_current_bytes, read_control_u64(paths_.memory + "/memory.usage_in_bytes"));
+  reader.set(stats.memory_peak_bytes, read_control_u64(paths_.memory + "/memory.max_usage_in_bytes"));
   reader.set(stats.oom_kills, read_key(paths_.memory + "/memory.oom_control", "oom_kill"));
-  reader.set(stats.pids_current, read_u64(paths_.pids + "/pids.current"));
+  reader.set(stats.pids_current, read_control_u64(paths_.pids + "/pids.current"));
   reader.set(stats.pids_peak, read_u64_or_zero(paths_.pids + "/pids.peak"));
   reader.set(stats.pids_max_hits, read_key(paths_.pids + "/pids.events", "max"));
   return reader.finish(stats);
@@ -185,7 +185,7 @@ Result<CgroupStats> CgroupV1::stats() const {
 
 // cpuacct when mounted, else the cgroup2 node's core cpu.stat (hybrid), else nothing.
 Result<uint64_t> CgroupV1::cpu_usage_ns() const {
-  if (!paths_.cpuacct.empty()) return read_u64(paths_.cpuacct + "/cpuacct.usage");
+  if (!paths_.cpuacct.empty()) return read_control_u64(paths_.cpuacct + "/cpuacct.usage");
   if (paths_.unified.empty()) return 0;
   auto usec = read_key(paths_.unified + "/cpu.stat", "usage_usec");
   if (!usec) return usec;

@@ -126,10 +126,10 @@ Result<CgroupStats> CgroupV2::stats() const {
   StatsReader reader;
   reader.set(stats.cpu_usage_ns, read_key(file("cpu.stat"), "usage_usec"), 1000);
   reader.set(stats.cpu_throttled_ns, read_key(file("cpu.stat"), "throttled_usec"), 1000);
-  reader.set(stats.memory_current_bytes, read_u64(file("memory.current")));
+  reader.set(stats.memory_current_bytes, read_control_u64(file("memory.current")));
   reader.set(stats.memory_peak_bytes, read_u64_or_zero(file("memory.peak")));
   reader.set(stats.oom_kills, read_key(file("memory.events"), "oom_kill"));
-  reader.set(stats.pids_current, read_u64(file("pids.current")));
+  reader.set(stats.pids_current, read_control_u64(file("pids.current")));
   reader.set(stats.pids_peak, read_u64_or_zero(file("pids.peak")));
   reader.set(stats.pids_max_hits, read_key(file("pids.events"), "max"));
   return reader.finish(stats);
