@@ -11,7 +11,8 @@
 
 namespace cela {
 
-Result<std::string> read_file(const std::string& path) {
+namespace {
+Result<std::string> read_all(const std::string& path, bool short_read_ends) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return sys_fail("open " + path);
   std::string out;
@@ -24,9 +25,14 @@ Result<std::string> read_file(const std::string& path) {
     }
     if (n == 0) break;
     out.append(buf, static_cast<size_t>(n));
+    if (short_read_ends && static_cast<size_t>(n) < sizeof buf) break;
   }
   return out;
 }
+}  // namespace
+
+Result<std::string> read_file(const std::string& path) { return read_all(path, false); }
+Result<std::string> read_interface_file(const std::string& path) { return read_all(path, true); }
 
 Result<void> write_file(const std::string& path, std::string_view data) {
   UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));

@@ -10,6 +10,9 @@
 namespace cela {
 
 Result<std::string> read_file(const std::string& path);
+// read_file for a kernel interface file (a seq_file: cgroupfs, /proc): a read shorter
+// than the buffer returned the whole file, so no second read looks for its end.
+Result<std::string> read_interface_file(const std::string& path);
 // Writes `data` with a single write(2) (kernel interface files want one write).
 Result<void> write_file(const std::string& path, std::string_view data);
 // Reads a file holding one unsigned integer ("max" is reported as UINT64_MAX).

@@ -105,19 +105,7 @@ bool exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-Result<std::string> read_control(const std::string& path) {
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd) return sys_fail("open " + path);
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = ::read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return sys_fail("read " + path);
-    out.append(buf, static_cast<size_t>(n));
-    if (static_cast<size_t>(n) < sizeof buf) return out;
-  }
-}
+Result<std::string> read_control(const std::string& path) { return read_interface_file(path); }
 
 Result<uint64_t> read_control_u64(const std::string& path) {
   auto text = read_control(path);
