@@ -1,0 +1,301 @@
+#!/usr/bin/python3
+"""Many idle sessions on one private `cela serve`: what each costs and whether latency
+stays flat. A benchmark, not a test: it asserts nothing.
+
+    python3 bench/scale.py --cela build/cela [--sessions 5000] [--runs 50] [--template base]
+
+At 0 live sessions: exec round trip of /bin/true (POST .../run, one keep-alive
+connection) in a probe session and cold create p50. Then sessions are created at 8
+concurrent clients up to --sessions, or until the daemon refuses one (the number
+reached and its answer are recorded, not raised). At that count: memory per idle
+session (MemAvailable drop / N, and the sessions' cgroup memory), daemon RSS and open
+fds per idle session, and again the probe's exec round trip and cold create. Then
+every session is deleted at 8 clients (timed) and what this daemon left is counted:
+its sessions' cgroups, loop devices bound to images of its state dir, mounts naming
+its state dir or a session, uid slot locks and sandbox processes it still holds.
+
+The function `scale` is what bench/report.py runs for issue 13's figure (g) (and (b):
+a callback at a chosen live count).
+"""
+import argparse
+import glob
+import json
+import os
+import time
+
+import harness  # noqa: E402  (a script's own directory is on sys.path)
+from client import KeepAlive
+from daemon import cold_create, create, create_many, delete_many, exec_roundtrip, session_body
+from stats import pct
+
+harness.integration_path()
+import ownership  # noqa: E402
+
+SLOT_DIR = "/run/cela/slots/"  # jail/userns.h kSlotLockDir
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def meminfo(key="MemAvailable"):
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+def rss_bytes(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def fd_targets(pid):
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            pass
+    return out
+
+
+def probe(pid):
+    """The host's MemAvailable and the daemon's RSS and open descriptors, now."""
+    return {"mem_available_bytes": meminfo(), "daemon_rss_bytes": rss_bytes(pid), "daemon_fds": len(fd_targets(pid))}
+
+
+def children(pid):
+    """Processes whose parent is `pid` (a daemon's sessions' inits)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(d))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def session_cgroups(ids):
+    """Cgroup directories of these sessions left in any hierarchy."""
+    ids = set(ids)
+    out = []
+    for parent in glob.glob(f"{CGROUP_ROOT}/*/cela") + [f"{CGROUP_ROOT}/cela"]:
+        if os.path.isdir(parent):
+            out += [os.path.join(parent, n) for n in os.listdir(parent) if n in ids]
+    return out
+
+
+def state_loops(state_dir):
+    """Loop devices bound to an image of this state dir (images are O_TMPFILEs there)."""
+    out = []
+    for path in glob.glob("/sys/block/loop*/loop/backing_file"):
+        try:
+            with open(path) as f:
+                if f.read().startswith(state_dir + "/"):
+                    out.append(path.split("/")[3])
+        except OSError:
+            pass
+    return out
+
+
+def mounts_naming(pids, state_dir, ids):
+    """mountinfo lines of these processes (and ours) that name the state dir or a session."""
+    ids = set(ids)
+    found = set()
+    for pid in ["self", *pids]:
+        try:
+            with open(f"/proc/{pid}/mountinfo") as f:
+                for line in f:
+                    if state_dir in line or any(part in ids for part in line.replace("/", " ").split()):
+                        found.add(line.strip())
+        except OSError:
+            pass
+    return sorted(found)
+
+
+def leftovers(d, ids, ready_disks=0):
+    """What the daemon `d` still holds of the sessions `ids` (all deleted or ended).
+    ready_disks: layers its disk pool keeps ready while it runs (not leftovers)."""
+    running = not exited(d)
+    pid = d.proc.pid
+    loops = state_loops(d.state)
+    out = {
+        "cgroups": len(session_cgroups(ids)),
+        "loop_devices": max(0, len(loops) - (ready_disks if running else 0)),
+        "mounts": len(mounts_naming([pid] if running else [], d.state, ids)),
+        "uid_slot_locks": sum(t.startswith(SLOT_DIR) for t in fd_targets(pid)) if running else 0,
+        "processes": len(children(pid)) if running else 0,
+    }
+    out["none"] = not any(out.values())
+    return out
+
+
+def exited(d):
+    """Whether the daemon is gone or going: reaped, or a zombie whose last threads are
+    still exiting (closing a thousand disk layers takes minutes), which poll() misses."""
+    if d.proc.poll() is not None:
+        return True
+    try:
+        with open(f"/proc/{d.proc.pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def daemon_error(d):
+    """Why the daemon is gone (its exit status and last log lines), or None if it runs."""
+    if not exited(d):
+        return None
+    tail = [line for line in d.logs().strip().splitlines() if '"msg":"access"' not in line][-4:]
+    return f"daemon exited ({d.proc.poll()}): " + " | ".join(tail)
+
+
+def scale(d, n, runs, body, clients=8, hooks=None, settle_s=2.0):
+    """Figure (g) on the started daemon `d`. hooks: {live count: fn(live count)} run
+    once the ramp reaches that count (fn's result lands in the figure under "hooks")."""
+    hooks = dict(hooks or {})
+    c = KeepAlive(d.socket)
+    pid = d.proc.pid
+    fig = {"target_sessions": n, "runs": runs, "clients": clients, "template": body["template"],
+           "disk_kind": body.get("disk", {}).get("kind", "the daemon's default"), "hooks": {}}
+    ids, probe_sid = [], None
+    try:
+        time.sleep(settle_s)  # the disk pool fills at start
+        base = probe(pid)
+        fig["at_0"] = base
+        probe_sid = create(c, body)
+        fig["exec_roundtrip_0_ms"] = exec_roundtrip(c, probe_sid, runs)
+        fig["create_0_ms"] = cold_create(c, body, runs)["samples_ms"]
+
+        stops = sorted(k for k in hooks if 0 < k < n) + [n]
+        ramp_s, error = 0.0, None
+        for stop in stops:
+            want = stop - 1 - len(ids)  # the probe session is live too
+            if want > 0:
+                got, seconds, error = create_many(d.socket, want, body, clients)
+                ids += got
+                ramp_s += seconds
+            if error:
+                break
+            if stop in hooks:
+                fig["hooks"][str(stop)] = hooks[stop](len(ids) + 1)
+        live = len(ids) + 1
+        fig["reached"] = live
+        fig["ramp_create_per_s"] = len(ids) / ramp_s if ramp_s else None
+        time.sleep(settle_s)
+        fig["stopped_by"] = error
+        if daemon_error(d):
+            fig["error"] = daemon_error(d)
+            return fig
+        at = probe(pid)
+        fig["at_n"] = at
+        fig["memory_per_session_bytes"] = (base["mem_available_bytes"] - at["mem_available_bytes"]) / live
+        fig["daemon_fds_per_session"] = (at["daemon_fds"] - base["daemon_fds"]) / live
+        cg = []
+        for s in ids:
+            try:
+                with open(f"{CGROUP_ROOT}/memory/cela/{s}/memory.usage_in_bytes") as f:
+                    cg.append(int(f.read()))
+            except OSError:
+                pass
+        fig["cgroup_memory_per_session_bytes"] = sum(cg) / len(cg) if cg else None
+
+        fig["exec_roundtrip_n_ms"] = exec_roundtrip(c, probe_sid, runs)
+        if error and ids:
+            # At the limit: make room for the create figure (one create at a time).
+            for s in ids[-2:]:
+                c.call("DELETE", f"/v1/sessions/{s}")
+            ids = ids[:-2]
+            fig["create_n_note"] = f"two sessions deleted first to make room: measured at {len(ids) + 1} live"
+        try:
+            fig["create_n_ms"] = cold_create(c, body, runs)["samples_ms"]
+        except RuntimeError as exc:
+            fig["create_n_error"] = str(exc)
+    except (OSError, RuntimeError) as exc:
+        fig["error"] = daemon_error(d) or f"{type(exc).__name__}: {exc}"
+    finally:
+        if not exited(d):
+            everything = ids + ([probe_sid] if probe_sid else [])
+            seconds, error = delete_many(d.socket, everything, clients)
+            fig["deleted"] = len(everything)
+            fig["delete_all_s"] = seconds
+            fig["delete_error"] = error
+            time.sleep(1)
+            ready = d.config.get("disk", {}).get("pool", 2) if body.get("template") != "host" else 0
+            fig["leftovers_after_delete"] = leftovers(d, d_session_ids(d), ready)
+        c.close()
+    return fig
+
+
+def d_session_ids(d):
+    """Every session id this daemon's state database lists."""
+    ownership.remember_sessions(d.state)
+    return ownership.own_session_ids()
+
+
+def finish(d, fig, ids_hint=()):
+    """Stops `d` and records what is left after the stop. A daemon that died is waited
+    for and started once more on its state dir, so its recovery removes what its
+    sessions left (cgroups, loop devices), before the state dir goes."""
+    ids = d_session_ids(d) | set(ids_hint)
+    if exited(d):
+        fig["crashed"] = daemon_error(d)
+        t0 = time.monotonic()
+        d.proc.wait()
+        fig["crashed_exit_s"] = time.monotonic() - t0
+        fig["leftovers_after_crash"] = leftovers(d, ids)
+        d.start()
+        fig["restarted_for_recovery"] = True
+    d.stop()
+    fig["leftovers_after_stop"] = leftovers(d, ids)
+    d.close()
+
+
+def summarize(fig):
+    """p50s and ratios of figure (g) from its samples."""
+    out = {k: fig.get(k) for k in ("runs", "reached", "target_sessions", "stopped_by", "ramp_create_per_s", "memory_per_session_bytes",
+                                   "cgroup_memory_per_session_bytes", "daemon_fds_per_session", "delete_all_s",
+                                   "deleted", "delete_error", "leftovers_after_delete", "leftovers_after_crash",
+                                   "leftovers_after_stop", "error", "crashed", "crashed_exit_s", "create_n_error",
+                                   "create_n_note")}
+    out["daemon_rss_at_n_bytes"] = fig.get("at_n", {}).get("daemon_rss_bytes")
+    for name in ("exec_roundtrip", "create"):
+        zero, at_n = fig.get(f"{name}_0_ms"), fig.get(f"{name}_n_ms")
+        out[f"{name}_0_p50_ms"] = pct(zero, .5) if zero else None
+        out[f"{name}_n_p50_ms"] = pct(at_n, .5) if at_n else None
+        out[f"{name}_ratio"] = out[f"{name}_n_p50_ms"] / out[f"{name}_0_p50_ms"] if zero and at_n else None
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cela", default="build/cela")
+    ap.add_argument("--sessions", type=int, default=5000)
+    ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--template", default="base")
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--json", default="bench/results/scale.json")
+    a = ap.parse_args()
+    Daemon = harness.daemon_util(a.cela).Daemon
+    d = Daemon(harness.many_sessions_config(a.sessions)).start()
+    fig = {}
+    try:
+        fig = scale(d, a.sessions, a.runs, session_body(a.template), a.clients)
+    finally:
+        finish(d, fig)
+    s = summarize(fig)
+    for k, v in s.items():
+        print(f"{k:<34} {v}")
+    os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
+    with open(a.json, "w") as fh:
+        json.dump({"summary": s, "raw": fig}, fh, indent=1)
+    print(f"raw figures: {a.json}")
+
+
+if __name__ == "__main__":
+    main()
