@@ -153,7 +153,8 @@ def scale_figures(s, n):
                            1, None if error else s["delete_all_s"], "s", 15.0, note=f"failed: {error}" if error else None))
     if s.get("crashed"):
         figs.append(skipped("g", "the daemon died", "cela serve", f"{s['crashed']} (its exit took "
-                            f"{s.get('crashed_exit_s', 0):.0f} s; left before recovery: {s.get('leftovers_after_crash')})"))
+                            f"{s.get('crashed_exit_s') or 0:.0f} s; left before recovery: {s.get('leftovers_after_crash')}; "
+                            f"recovery on restart took {s.get('recovery_s') or 0:.0f} s)"))
     for when in ("after_delete", "after_stop"):
         left = s.get(f"leftovers_{when}")
         if left:
@@ -330,7 +331,9 @@ def main():
         figs.insert(2, figure("b", f"one-shot run p50 with {b['live']} live sessions",
                               "cela run --template host -- /bin/true", max(10, a.spawn_runs // 2), b["cela_p50_ms"],
                               "ms", 1.1, reference=f"(a) {cela_0:.2f} ms; bwrap now {b['bwrap_p50_ms']:.2f} ms "
-                              f"({b['bwrap_ratio_to_a']:.2f}x its (a))", ratio=b["ratio_to_a"],
+                              f"({b['bwrap_ratio_to_a']:.2f}x its (a)): the machine's noise; cela/bwrap "
+                              f"{b['cela_p50_ms'] / b['bwrap_p50_ms']:.2f}x now, {cela_0 / bwrap_0:.2f}x in (a)",
+                              ratio=b["ratio_to_a"],
                               ratio_of="loaded / (a)"))
     else:
         figs.insert(2, skipped("b", f"one-shot run with {a.loaded} live", "cela run --template host -- /bin/true",
