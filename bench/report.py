@@ -144,7 +144,7 @@ def scale_figures(s, n):
         if at_n is not None:
             figs.append(figure("g", f"{what} at {live} live", f"as (e) / (c), {runs} runs each", runs, at_n, "ms",
                                1.3, reference=f"{zero:.2f} ms at 0 live", ratio=at_n / zero,
-                               ratio_of=f"at {live} / at 0"))
+                               ratio_of=f"at {live} / at 0", note=s.get("create_n_note") if name == "create" else None))
         elif zero is not None:
             figs.append(skipped("g", f"{what} at N live", "", s.get("error") or "not reached"))
     if s.get("delete_all_s") is not None:

@@ -21,6 +21,7 @@ import argparse
 import glob
 import json
 import os
+import subprocess
 import time
 
 import harness  # noqa: E402  (a script's own directory is on sys.path)
@@ -132,15 +133,35 @@ def leftovers(d, ids, ready_disks=0):
 
 
 def exited(d):
-    """Whether the daemon is gone or going: reaped, or a zombie whose last threads are
-    still exiting (closing a thousand disk layers takes minutes), which poll() misses."""
+    """Whether the daemon is gone or going: reaped, dying (a process that is still
+    freeing a thousand disk layers in its exit is neither reaped nor a zombie for
+    minutes), or no longer accepting connections."""
     if d.proc.poll() is not None:
         return True
     try:
         with open(f"/proc/{d.proc.pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+            if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                return True
+        if _fatal_pending(d.proc.pid):
+            return True
     except OSError:
         return True
+    try:
+        d.request("GET", "/healthz", timeout=10)
+        return False  # any answer (a 503 at the descriptor limit too) is a live daemon
+    except TimeoutError:
+        return False  # busy, not gone
+    except OSError:
+        return True
+
+
+def _fatal_pending(pid):
+    """A SIGKILL queued for the process (it is on its way out)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(("SigPnd:", "ShdPnd:")) and int(line.split()[1], 16) & (1 << 8):
+                return True
+    return False
 
 
 def daemon_error(d):
@@ -242,7 +263,11 @@ def finish(d, fig, ids_hint=()):
     if exited(d):
         fig["crashed"] = daemon_error(d)
         t0 = time.monotonic()
-        d.proc.wait()
+        try:
+            d.proc.wait(900)
+        except subprocess.TimeoutExpired:
+            d.proc.kill()
+            d.proc.wait()
         fig["crashed_exit_s"] = time.monotonic() - t0
         fig["leftovers_after_crash"] = leftovers(d, ids)
         t0 = time.monotonic()
