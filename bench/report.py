@@ -173,7 +173,9 @@ def seccomp_figure(cela, rounds, raw):
     return figure("h", "seccomp cache misses, two builds alternating",
                   "two copies of cela (other inode, mtime), in turn: cela run --template host -- /bin/true",
                   2 * rounds, out["misses_after_first"], f"of {out['runs_after_first']} runs", 0,
-                  note=f"{seq} (a first run of each must miss); other cela writes meanwhile: {out['foreign_writes']}")
+                  note=f"{seq} (a first run of each must miss); a run removed the other copy's program "
+                  f"{out['evictions']} times; unknown (no program file of the expected name in {out['cache_dir']}): "
+                  f"{out['unknown']}; other cela writes meanwhile: {out['foreign_writes']}")
 
 
 def peer_figures(pe):

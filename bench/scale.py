@@ -115,15 +115,21 @@ def mounts_naming(pids, state_dir, ids):
     return sorted(found)
 
 
-def leftovers(d, ids, ready_disks=0):
-    """What the daemon `d` still holds of the sessions `ids` (all deleted or ended).
-    ready_disks: layers its disk pool keeps ready while it runs (not leftovers)."""
+def ready_disks(d):
+    """Disk layers the daemon's pool keeps ready while it runs (docs/operations.md
+    "Storage"): not leftovers."""
+    disk = (d.config or {}).get("disk", {})
+    return disk.get("pool", 2) if disk.get("kind", "disk") == "disk" else 0
+
+
+def leftovers(d, ids):
+    """What the daemon `d` still holds of the sessions `ids` (all deleted or ended)."""
     running = not exited(d)
     pid = d.proc.pid
     loops = state_loops(d.state)
     out = {
         "cgroups": len(session_cgroups(ids)),
-        "loop_devices": max(0, len(loops) - (ready_disks if running else 0)),
+        "loop_devices": max(0, len(loops) - (ready_disks(d) if running else 0)),
         "mounts": len(mounts_naming([pid] if running else [], d.state, ids)),
         "uid_slot_locks": sum(t.startswith(SLOT_DIR) for t in fd_targets(pid)) if running else 0,
         "processes": len(children(pid)) if running else 0,
@@ -243,8 +249,7 @@ def scale(d, n, runs, body, clients=8, hooks=None, settle_s=2.0):
             fig["delete_all_s"] = seconds
             fig["delete_error"] = error
             time.sleep(1)
-            ready = d.config.get("disk", {}).get("pool", 2) if body.get("template") != "host" else 0
-            fig["leftovers_after_delete"] = leftovers(d, d_session_ids(d), ready)
+            fig["leftovers_after_delete"] = leftovers(d, d_session_ids(d))
         c.close()
     return fig
 

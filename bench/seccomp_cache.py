@@ -35,24 +35,40 @@ def program_path(binary, cache_dir=CACHE_DIR):
 
 
 def programs(cache_dir=CACHE_DIR):
+    """{file name: (inode, mtime)} of the cached programs now."""
+    out = {}
     try:
-        return {n for n in os.listdir(cache_dir) if n.startswith("seccomp-") and n.endswith(".bpf")}
+        names = os.listdir(cache_dir)
     except FileNotFoundError:
-        return set()
+        return out
+    for n in names:
+        if n.startswith("seccomp-") and n.endswith(".bpf"):
+            try:
+                st = os.stat(os.path.join(cache_dir, n))
+                out[n] = (st.st_ino, st.st_mtime_ns)
+            except FileNotFoundError:
+                pass
+    return out
 
 
-def file_id(path):
-    try:
-        st = os.stat(path)
-        return (st.st_ino, st.st_mtime_ns)
-    except FileNotFoundError:
-        return None
+def classify(own, other, before, after):
+    """One run's verdict from the cache dir before and after it: "hit" (its program was
+    there and nothing rewrote it), "miss" (it wrote its program), or "unknown" (no file
+    of the expected name appeared: the cache moved or is named otherwise). Also whether
+    the run removed the other copy's program, and the programs neither copy owns that
+    came or changed meanwhile."""
+    written = {n for n in after if before.get(n) != after[n]}
+    if own in after:
+        verdict = "miss" if own in written else "hit"
+    else:
+        verdict = "miss" if written - {other} else "unknown"
+    return verdict, other in before and other not in after, len(written - {own, other})
 
 
-def seccomp_cache(cela, rounds=5):
+def seccomp_cache(cela, rounds=5, cache_dir=CACHE_DIR):
     """Runs two copies of `cela` alternately `rounds` times each; returns per copy the
-    runs' hit/miss sequence and times, and the count of runs after each copy's first
-    that missed."""
+    runs' verdicts (hit, miss, unknown) and times, how often a run evicted the other
+    copy's program, and the count of runs after each copy's first that missed."""
     tmp = tempfile.mkdtemp(prefix="cela-bench-seccomp-")
     copies = {}
     try:
@@ -60,32 +76,35 @@ def seccomp_cache(cela, rounds=5):
             path = os.path.join(tmp, f"cela-{name}")
             shutil.copy2(cela, path)
             os.utime(path, ns=(time.time_ns(), time.time_ns() - (i + 1) * 10**9))  # distinct mtimes
-            copies[name] = {"binary": path, "program": program_path(path), "runs": [], "ms": []}
-        ours = {os.path.basename(c["program"]) for c in copies.values()}
+            copies[name] = {"binary": path, "program": os.path.basename(program_path(path, cache_dir)),
+                            "runs": [], "ms": [], "evicted_other": 0}
         foreign = 0
         for _ in range(rounds):
-            for c in copies.values():
-                before_all = programs()
-                before = file_id(c["program"])
+            for name, c in copies.items():
+                other = copies["b" if name == "a" else "a"]["program"]
+                before = programs(cache_dir)
                 c["ms"].append(spawn_wait(cela_run_argv(c["binary"])))
-                after = file_id(c["program"])
-                c["runs"].append("hit" if before is not None and before == after else "miss")
-                foreign += len((before_all ^ programs()) - ours)
-        out = {"rounds": rounds, "foreign_writes": foreign, "copies": {}}
+                verdict, evicted, others = classify(c["program"], other, before, programs(cache_dir))
+                c["runs"].append(verdict)
+                c["evicted_other"] += evicted
+                foreign += others
+        out = {"rounds": rounds, "foreign_writes": foreign, "cache_dir": cache_dir, "copies": {}}
         for name, c in copies.items():
-            later = c["runs"][1:]
             hits = [m for m, r in zip(c["ms"], c["runs"]) if r == "hit"]
             misses = [m for m, r in zip(c["ms"], c["runs"]) if r == "miss"]
-            out["copies"][name] = {"runs": c["runs"], "ms": c["ms"], "misses_after_first": later.count("miss"),
+            out["copies"][name] = {"runs": c["runs"], "ms": c["ms"], "misses_after_first": c["runs"][1:].count("miss"),
+                                   "evicted_other": c["evicted_other"],
                                    "hit_p50_ms": pct(hits, .5) if hits else None,
                                    "miss_p50_ms": pct(misses, .5) if misses else None}
         out["misses_after_first"] = sum(c["misses_after_first"] for c in out["copies"].values())
+        out["evictions"] = sum(c["evicted_other"] for c in out["copies"].values())
+        out["unknown"] = sum(c["runs"].count("unknown") for c in out["copies"].values())
         out["runs_after_first"] = 2 * (rounds - 1)
         return out
     finally:
         for c in copies.values():
             try:
-                os.unlink(c["program"])  # only the two copies' own programs
+                os.unlink(os.path.join(cache_dir, c["program"]))  # only the two copies' own programs
             except FileNotFoundError:
                 pass
         shutil.rmtree(tmp, ignore_errors=True)
@@ -99,9 +118,10 @@ def main():
     a = ap.parse_args()
     out = seccomp_cache(a.cela, a.rounds)
     for name, c in out["copies"].items():
-        print(f"copy {name}: {' '.join(c['runs'])}  (hit p50 {c['hit_p50_ms']}, miss p50 {c['miss_p50_ms']} ms)")
+        print(f"copy {name}: {' '.join(c['runs'])}  (hit p50 {c['hit_p50_ms']}, miss p50 {c['miss_p50_ms']} ms; "
+              f"evicted the other's program {c['evicted_other']} times)")
     print(f"misses after each copy's first run: {out['misses_after_first']} of {out['runs_after_first']} "
-          f"(target 0); foreign cache writes meanwhile: {out['foreign_writes']}")
+          f"(target 0); unknown: {out['unknown']}; foreign cache writes meanwhile: {out['foreign_writes']}")
     os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
     with open(a.json, "w") as fh:
         json.dump(out, fh, indent=1)
