@@ -209,9 +209,10 @@ def markdown(report):
     m = report["meta"]
     lines = [f"# cela benchmark report ({m['date']})", "",
              f"{m['cela']} at {m['commit']}; kernel {m['kernel']}, {m['cpus']} CPUs, {m['mem_total_mib']} MiB; "
-             f"{m['seconds']:.0f} s in all. Targets: issue 13. Medians (p50) unless said.", "",
-             "| fig | measure | command | runs | value | reference | ratio | target | met |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"{m['seconds']:.0f} s in all. Targets: issue 13. Medians (p50) unless said; x bwrap: the value "
+             "over bubblewrap's one-shot p50 of (a), the floor reference.", "",
+             "| fig | measure | command | runs | value | x bwrap | reference | ratio | target | met |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for f in report["figures"]:
         target = ""
         if f["target"] is not None:
@@ -221,7 +222,8 @@ def markdown(report):
         met = {True: "yes", False: "**no**", None: ""}[f["met"]]
         ref = "; ".join(x for x in (f["reference"], f["note"]) if x)
         cmd = f["command"].replace("|", "\\|")
-        lines.append(f"| {f['id']} | {f['what']} | `{cmd}` | {f['runs']} | {fmt(f['value'], f['unit'])} | "
+        vs = f"{f['vs_bwrap']:.2f}x" if f.get("vs_bwrap") is not None else ""
+        lines.append(f"| {f['id']} | {f['what']} | `{cmd}` | {f['runs']} | {fmt(f['value'], f['unit'])} | {vs} | "
                      f"{ref.replace('|', '/')} | {ratio} | {target} | {met} |")
     return "\n".join(lines) + "\n"
 
@@ -343,6 +345,8 @@ def main():
     figs += scale_figures(s, a.sessions)
     order = "abcdefgh"
     figs.sort(key=lambda f: order.index(f["id"][0]))
+    for f in figs:  # bubblewrap's one-shot p50 is the floor every latency is held against
+        f["vs_bwrap"] = f["value"] / bwrap_0 if f["unit"] == "ms" and f["value"] is not None else None
 
     mem_total = sbench.meminfo("MemTotal") // MiB
     report = {"meta": {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
