@@ -23,6 +23,7 @@ import argparse
 import datetime
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -138,7 +139,10 @@ def scale_figures(s, n):
                            s["daemon_rss_at_n_bytes"] / MiB, "MiB", 96))
         figs.append(figure("g", "daemon fds per idle session", f"(/proc/<daemon>/fd at {live} - at 0) / {live}", 1,
                            s["daemon_fds_per_session"], "fds", None,
-                           note="RLIMIT_NOFILE (ulimit -Hn) / this = the most sessions the daemon can hold"))
+                           note="by kind: " + ", ".join(f"{k} {v}" for k, v in
+                                                         (s.get("daemon_fds_per_session_by_kind") or {}).items())
+                           + f"; RLIMIT_NOFILE {resource.getrlimit(resource.RLIMIT_NOFILE)[1]} / this = the most "
+                           "sessions the daemon can hold"))
     for name, what in (("create", "cold create p50"), ("exec_roundtrip", "exec round trip p50")):
         at_n, zero = s.get(f"{name}_n_p50_ms"), s.get(f"{name}_0_p50_ms")
         if at_n is not None:
@@ -209,7 +213,8 @@ def markdown(report):
     m = report["meta"]
     lines = [f"# cela benchmark report ({m['date']})", "",
              f"{m['cela']} at {m['commit']}; kernel {m['kernel']}, {m['cpus']} CPUs, {m['mem_total_mib']} MiB; "
-             f"{m['seconds']:.0f} s in all. Targets: issue 13. Medians (p50) unless said; x bwrap: the value "
+             f"{m['seconds']:.0f} s in all; 1-min load {m['load_1min'][0]:.1f} at the start, "
+             f"{m['load_1min'][1]:.1f} at the end (other work on the host skews every figure). Targets: issue 13. Medians (p50) unless said; x bwrap: the value "
              "over bubblewrap's one-shot p50 of (a), the floor reference.", "",
              "| fig | measure | command | runs | value | x bwrap | reference | ratio | target | met |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -294,6 +299,7 @@ def main():
     if os.geteuid() != 0:
         raise SystemExit("run as root (cela run and cela serve need it)")
     Daemon = harness.daemon_util(a.cela).Daemon
+    load_0 = os.getloadavg()[0]
     t0 = time.monotonic()
     raw, figs = {}, []
 
@@ -352,7 +358,8 @@ def main():
     report = {"meta": {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                        "cela": os.path.relpath(os.path.abspath(a.cela)), "commit": git_commit(),
                        "kernel": os.uname().release, "cpus": os.cpu_count(), "mem_total_mib": mem_total,
-                       "seconds": time.monotonic() - t0, "args": vars(a)},
+                       "seconds": time.monotonic() - t0, "load_1min": [load_0, os.getloadavg()[0]],
+                       "args": vars(a)},
               "figures": figs, "summary_g": s, "raw": raw}
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "report.json"), "w") as fh:

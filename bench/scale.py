@@ -18,9 +18,11 @@ The function `scale` is what bench/report.py runs for issue 13's figure (g) (and
 a callback at a chosen live count).
 """
 import argparse
+import collections
 import glob
 import json
 import os
+import re
 import subprocess
 import time
 
@@ -60,6 +62,20 @@ def fd_targets(pid):
         except OSError:
             pass
     return out
+
+
+def fd_kind(target):
+    """A descriptor's target with its numbers and ids taken out: `socket`, `/dev/loop*`,
+    `/sys/fs/cgroup/unified/cela/<s>`, `anon_inode:[pidfd]`..."""
+    target = re.sub(r"^(socket|pipe):\[\d+\]$", r"\1", target)
+    target = re.sub(r"/s-[0-9a-f]+", "/<s>", target)
+    target = re.sub(r"/#\d+ \(deleted\)$", "/<image> (deleted)", target)
+    target = re.sub(r"/cela-test-[^/]+/", "/<test>/", target)
+    return re.sub(r"\d+", "N", target) if target.startswith(("/dev/loop", "/run/cela/slots/")) else target
+
+
+def fds_by_kind(pid):
+    return collections.Counter(fd_kind(t) for t in fd_targets(pid))
 
 
 def probe(pid):
@@ -191,6 +207,7 @@ def scale(d, n, runs, body, clients=8, hooks=None, settle_s=2.0):
         time.sleep(settle_s)  # the disk pool fills at start
         base = probe(pid)
         fig["at_0"] = base
+        kinds_0 = fds_by_kind(pid)
         probe_sid = create(c, body)
         fig["exec_roundtrip_0_ms"] = exec_roundtrip(c, probe_sid, runs)
         fig["create_0_ms"] = cold_create(c, body, runs)["samples_ms"]
@@ -219,6 +236,9 @@ def scale(d, n, runs, body, clients=8, hooks=None, settle_s=2.0):
         fig["at_n"] = at
         fig["memory_per_session_bytes"] = (base["mem_available_bytes"] - at["mem_available_bytes"]) / live
         fig["daemon_fds_per_session"] = (at["daemon_fds"] - base["daemon_fds"]) / live
+        grown = fds_by_kind(pid)
+        grown.subtract(kinds_0)
+        fig["daemon_fds_per_session_by_kind"] = {k: round(v / live, 2) for k, v in grown.most_common() if v > 0}
         cg = []
         for s in ids:
             try:
@@ -297,7 +317,8 @@ def finish(d, fig, ids_hint=()):
 def summarize(fig):
     """p50s and ratios of figure (g) from its samples."""
     out = {k: fig.get(k) for k in ("runs", "reached", "target_sessions", "stopped_by", "ramp_create_per_s", "memory_per_session_bytes",
-                                   "cgroup_memory_per_session_bytes", "daemon_fds_per_session", "delete_all_s",
+                                   "cgroup_memory_per_session_bytes", "daemon_fds_per_session",
+                                   "daemon_fds_per_session_by_kind", "delete_all_s",
                                    "deleted", "delete_error", "leftovers_after_delete", "leftovers_after_crash",
                                    "leftovers_after_stop", "error", "crashed", "crashed_exit_s", "recovery_s",
                                    "create_n_error", "create_n_note")}

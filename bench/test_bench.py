@@ -120,6 +120,6 @@ def test_met_column_follows_the_target_direction_and_ratio():
     rows = [report.figure("c", "round trip", "POST a|b", 3, 2.0, "ms", 1.5),
             report.skipped("a", "docker", "docker run", "not installed")]
     md = report.markdown({"meta": {"date": "d", "cela": "c", "commit": "x", "kernel": "k", "cpus": 2,
-                                   "mem_total_mib": 1, "seconds": 1.0}, "figures": rows})
+                                   "mem_total_mib": 1, "seconds": 1.0, "load_1min": [0.5, 0.7]}, "figures": rows})
     assert "| c | round trip | `POST a\\|b` | 3 | 2.00 ms |" in md and "**no**" in md
     assert "skipped: not installed" in md
