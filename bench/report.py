@@ -346,8 +346,9 @@ def main():
                               ratio=b["ratio_to_a"],
                               ratio_of="loaded / (a)"))
     else:
-        figs.insert(2, skipped("b", f"one-shot run with {a.loaded} live", "cela run --template host -- /bin/true",
-                               f"the daemon stopped at {s.get('reached')} sessions: {s.get('stopped_by')}"))
+        why = (f"--loaded {a.loaded} is not below --sessions {a.sessions}" if a.loaded >= a.sessions else
+               f"the daemon stopped at {s.get('reached')} sessions: {s.get('stopped_by') or s.get('error')}")
+        figs.insert(2, skipped("b", f"one-shot run with {a.loaded} live", "cela run --template host -- /bin/true", why))
     figs += scale_figures(s, a.sessions)
     order = "abcdefgh"
     figs.sort(key=lambda f: order.index(f["id"][0]))
