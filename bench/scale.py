@@ -338,13 +338,15 @@ def main():
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--template", default="base")
     ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--disk", choices=("disk", "memory"), help="the sessions' disk.kind (default: the daemon's)")
     ap.add_argument("--json", default="bench/results/scale.json")
     a = ap.parse_args()
     Daemon = harness.daemon_util(a.cela).Daemon
     d = Daemon(harness.many_sessions_config(a.sessions)).start()
     fig = {}
     try:
-        fig = scale(d, a.sessions, a.runs, session_body(a.template), a.clients)
+        body = session_body(a.template, **({"disk": {"kind": a.disk}} if a.disk else {}))
+        fig = scale(d, a.sessions, a.runs, body, a.clients)
     finally:
         finish(d, fig)
     s = summarize(fig)
