@@ -125,24 +125,29 @@ def scale_figures(s, n):
     """Figure (g) rows from scale.summarize()."""
     runs = s.get("runs")
     live = s.get("reached")
-    stop = s.get("stopped_by") or s.get("error")
+    died = s.get("crashed") or s.get("error")
+    stop = "the daemon died (below)" if died else s.get("stopped_by")
+    if died and s.get("stopped_by"):
+        stop += f"; the clients saw: {s['stopped_by']}"
     cmd = f"{n} x POST /v1/sessions (8 clients), idle"
     figs = [figure("g", "live idle sessions reached", cmd, 1, live, "sessions", n, better="higher",
                    note=f"stopped by: {stop}" if stop else None)]
+    at = s.get("costs_at")
     if s.get("memory_per_session_bytes") is not None:
         cg = s.get("cgroup_memory_per_session_bytes")
-        figs.append(figure("g", "memory per idle session", f"(MemAvailable at 0 - at {live}) / {live}", 1,
+        early = f"measured at {at} live, the last stage before the daemon died" if died else None
+        figs.append(figure("g", "memory per idle session", f"(MemAvailable at 0 - at {at}) / {at}", 1,
                            s["memory_per_session_bytes"] / MiB, "MiB", 1.0,
                            reference=f"session cgroup memory {cg / MiB:.2f} MiB each" if cg else None,
-                           note="MemAvailable is host-wide: other work on the host moves it"))
-        figs.append(figure("g", f"daemon RSS at {live} live", "VmRSS of cela serve", 1,
-                           s["daemon_rss_at_n_bytes"] / MiB, "MiB", 96))
-        figs.append(figure("g", "daemon fds per idle session", f"(/proc/<daemon>/fd at {live} - at 0) / {live}", 1,
+                           note="; ".join(x for x in (early, "MemAvailable is host-wide: other work on the host "
+                                                      "moves it") if x)))
+        figs.append(figure("g", f"daemon RSS at {at} live", "VmRSS of cela serve", 1,
+                           s["daemon_rss_at_n_bytes"] / MiB, "MiB", 96, note=early))
+        kinds = ", ".join(f"{k} {v}" for k, v in (s.get("daemon_fds_per_session_by_kind") or {}).items())
+        figs.append(figure("g", "daemon fds per idle session", f"(/proc/<daemon>/fd at {at} - at 0) / {at}", 1,
                            s["daemon_fds_per_session"], "fds", None,
-                           note="by kind: " + ", ".join(f"{k} {v}" for k, v in
-                                                         (s.get("daemon_fds_per_session_by_kind") or {}).items())
-                           + f"; RLIMIT_NOFILE {resource.getrlimit(resource.RLIMIT_NOFILE)[1]} / this = the most "
-                           "sessions the daemon can hold"))
+                           note=f"by kind: {kinds}; RLIMIT_NOFILE {resource.getrlimit(resource.RLIMIT_NOFILE)[1]} / "
+                           "this = the most sessions the daemon can hold"))
     for name, what in (("create", "cold create p50"), ("exec_roundtrip", "exec round trip p50")):
         at_n, zero = s.get(f"{name}_n_p50_ms"), s.get(f"{name}_0_p50_ms")
         if at_n is not None:
@@ -150,13 +155,14 @@ def scale_figures(s, n):
                                1.3, reference=f"{zero:.2f} ms at 0 live", ratio=at_n / zero,
                                ratio_of=f"at {live} / at 0", note=s.get("create_n_note") if name == "create" else None))
         elif zero is not None:
-            figs.append(skipped("g", f"{what} at N live", "", s.get("error") or "not reached"))
+            why = "the daemon died (below)" if died else (s.get("create_n_error") or "not measured")
+            figs.append(skipped("g", f"{what} at {live} live", f"as (e) / (c); {zero:.2f} ms at 0 live", why))
     if s.get("delete_all_s") is not None:
         error = s.get("delete_error")
         figs.append(figure("g", f"delete all {s['deleted']}", "DELETE /v1/sessions/{id} on 8 keep-alive connections",
                            1, None if error else s["delete_all_s"], "s", 15.0, note=f"failed: {error}" if error else None))
-    if s.get("crashed"):
-        figs.append(skipped("g", "the daemon died", "cela serve", f"{s['crashed']} (its exit took "
+    if died:
+        figs.append(skipped("g", "the daemon died", "cela serve", f"{died} (its exit took "
                             f"{s.get('crashed_exit_s') or 0:.0f} s; left before recovery: {s.get('leftovers_after_crash')}; "
                             f"recovery on restart took {s.get('recovery_s') or 0:.0f} s)"))
     for when in ("after_delete", "after_stop"):

@@ -190,11 +190,35 @@ def daemon_error(d):
     """Why the daemon is gone (its exit status and last log lines), or None if it runs."""
     if not exited(d):
         return None
-    tail = [line for line in d.logs().strip().splitlines() if '"msg":"access"' not in line][-4:]
-    return f"daemon exited ({d.proc.poll()}): " + " | ".join(tail)
+    lines = [line for line in d.logs().strip().splitlines() if '"msg":"access"' not in line]
+    fatal = [line.strip() for line in lines if line.startswith(("terminate called", "  what()")) or "fatal" in line]
+    status = d.proc.poll()
+    return f"daemon exited ({'status ' + str(status) if status is not None else 'exiting'}): " + \
+        " | ".join((fatal or lines)[-2:])
 
 
-def scale(d, n, runs, body, clients=8, hooks=None, settle_s=2.0):
+def costs(pid, base, kinds_0, ids):
+    """What the live sessions `ids` (and the probe session) cost, against `base`, the
+    probe() at 0 live, and kinds_0, the daemon's fds_by_kind() then."""
+    live = len(ids) + 1
+    at = probe(pid)
+    grown = fds_by_kind(pid)
+    grown.subtract(kinds_0)
+    cg = []
+    for s in ids:
+        try:
+            with open(f"{CGROUP_ROOT}/memory/cela/{s}/memory.usage_in_bytes") as f:
+                cg.append(int(f.read()))
+        except OSError:
+            pass
+    return {"live": live, **at,
+            "memory_per_session_bytes": (base["mem_available_bytes"] - at["mem_available_bytes"]) / live,
+            "daemon_fds_per_session": (at["daemon_fds"] - base["daemon_fds"]) / live,
+            "daemon_fds_per_session_by_kind": {k: round(v / live, 2) for k, v in grown.most_common() if v > 0},
+            "cgroup_memory_per_session_bytes": sum(cg) / len(cg) if cg else None}
+
+
+def scale(d, n, runs, body, clients=8, hooks=None, settle_s=2.0, step=500):
     """Figure (g) on the started daemon `d`. hooks: {live count: fn(live count)} run
     once the ramp reaches that count (fn's result lands in the figure under "hooks")."""
     hooks = dict(hooks or {})
@@ -212,7 +236,9 @@ def scale(d, n, runs, body, clients=8, hooks=None, settle_s=2.0):
         fig["exec_roundtrip_0_ms"] = exec_roundtrip(c, probe_sid, runs)
         fig["create_0_ms"] = cold_create(c, body, runs)["samples_ms"]
 
-        stops = sorted(k for k in hooks if 0 < k < n) + [n]
+        # Stages: the hooks' counts and every `step` sessions, each ending with a look at
+        # what the sessions cost so far (kept when the daemon dies at its limit).
+        stops = sorted(set(k for k in hooks if 0 < k < n) | set(range(step, n, step))) + [n]
         ramp_s, error = 0.0, None
         for stop in stops:
             want = stop - 1 - len(ids)  # the probe session is live too
@@ -222,31 +248,17 @@ def scale(d, n, runs, body, clients=8, hooks=None, settle_s=2.0):
                 ramp_s += seconds
             if error:
                 break
+            fig["costs"] = costs(pid, base, kinds_0, ids)
             if stop in hooks:
                 fig["hooks"][str(stop)] = hooks[stop](len(ids) + 1)
-        live = len(ids) + 1
-        fig["reached"] = live
+        fig["reached"] = len(ids) + 1
         fig["ramp_create_per_s"] = len(ids) / ramp_s if ramp_s else None
         time.sleep(settle_s)
         fig["stopped_by"] = error
         if daemon_error(d):
             fig["error"] = daemon_error(d)
             return fig
-        at = probe(pid)
-        fig["at_n"] = at
-        fig["memory_per_session_bytes"] = (base["mem_available_bytes"] - at["mem_available_bytes"]) / live
-        fig["daemon_fds_per_session"] = (at["daemon_fds"] - base["daemon_fds"]) / live
-        grown = fds_by_kind(pid)
-        grown.subtract(kinds_0)
-        fig["daemon_fds_per_session_by_kind"] = {k: round(v / live, 2) for k, v in grown.most_common() if v > 0}
-        cg = []
-        for s in ids:
-            try:
-                with open(f"{CGROUP_ROOT}/memory/cela/{s}/memory.usage_in_bytes") as f:
-                    cg.append(int(f.read()))
-            except OSError:
-                pass
-        fig["cgroup_memory_per_session_bytes"] = sum(cg) / len(cg) if cg else None
+        fig["costs"] = costs(pid, base, kinds_0, ids)
 
         fig["exec_roundtrip_n_ms"] = exec_roundtrip(c, probe_sid, runs)
         if error and ids:
@@ -316,13 +328,16 @@ def finish(d, fig, ids_hint=()):
 
 def summarize(fig):
     """p50s and ratios of figure (g) from its samples."""
-    out = {k: fig.get(k) for k in ("runs", "reached", "target_sessions", "stopped_by", "ramp_create_per_s", "memory_per_session_bytes",
-                                   "cgroup_memory_per_session_bytes", "daemon_fds_per_session",
-                                   "daemon_fds_per_session_by_kind", "delete_all_s",
-                                   "deleted", "delete_error", "leftovers_after_delete", "leftovers_after_crash",
-                                   "leftovers_after_stop", "error", "crashed", "crashed_exit_s", "recovery_s",
-                                   "create_n_error", "create_n_note")}
-    out["daemon_rss_at_n_bytes"] = fig.get("at_n", {}).get("daemon_rss_bytes")
+    out = {k: fig.get(k) for k in ("runs", "reached", "target_sessions", "stopped_by", "ramp_create_per_s",
+                                   "delete_all_s", "deleted", "delete_error", "leftovers_after_delete",
+                                   "leftovers_after_crash", "leftovers_after_stop", "error", "crashed",
+                                   "crashed_exit_s", "recovery_s", "create_n_error", "create_n_note")}
+    # The costs at the end, or at the last stage before the daemon died.
+    c = fig.get("costs") or {}
+    out.update({k: c.get(k) for k in ("memory_per_session_bytes", "cgroup_memory_per_session_bytes",
+                                      "daemon_fds_per_session", "daemon_fds_per_session_by_kind")})
+    out["costs_at"] = c.get("live")
+    out["daemon_rss_at_n_bytes"] = c.get("daemon_rss_bytes")
     for name in ("exec_roundtrip", "create"):
         zero, at_n = fig.get(f"{name}_0_ms"), fig.get(f"{name}_n_ms")
         out[f"{name}_0_p50_ms"] = pct(zero, .5) if zero else None
