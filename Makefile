@@ -9,7 +9,7 @@ JOBS ?= $(shell nproc)
 # satisfy python3-fonttools (a matplotlib dependency) without python3-scipy, which pulls
 # boost 1.74, a conflict with libboost1.81-dev.
 DEB_PACKAGES := build-essential cmake pkg-config \
-  libboost1.81-dev libboost-json1.81-dev libseccomp-dev libcap-dev libssl-dev \
+  libboost1.81-dev libboost-json1.81-dev libseccomp-dev libssl-dev \
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libsqlite3-dev libarchive-dev zlib1g-dev \
   python3 python3-pytest python3-prometheus-client python3-websockets debootstrap bubblewrap ca-certificates \
   nodejs umoci tmux python3-munkres python3-matplotlib

@@ -10,15 +10,11 @@
 #include "cli/run_cmd.h"
 #include "cli/serve_cmd.h"
 #include "cli/template_cmd.h"
-#include "agent/init.h"
 #include "runtime/outcome.h"
 #include "session/upload.h"
 #include "session/watch.h"
 
 int main(int argc, char** argv) {
-  // A sandbox's init, re-executed from the sealed init image (agent/init.h).
-  if (argc == 1 && std::string_view(argv[0]) == cela::agent::kInitArgv0)
-    cela::agent::run_init_reexec(cela::agent::kReexecControlFd);
   // An archive import on a session's behalf, started by the daemon (session/upload.h).
   if (argc >= 2 && std::string_view(argv[1]) == cela::session::kTarImportCommand) cela::session::tar_import_main(argc, argv);
   // A directory watch inside a session, started by the daemon (session/watch.h).

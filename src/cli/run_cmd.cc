@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "cli/raw_terminal.h"
+#include "cli/run_registry.h"
 #include "cli/sandbox_output.h"
 #include "cli/stop_signals.h"
 #include "common/units.h"
@@ -118,59 +119,6 @@ Result<Plan> make_plan(const RunOptions& o, const rootfs::Template& tmpl) {
   if (!process) return std::unexpected(process.error());
   p.process = std::move(*process);
   return p;
-}
-
-// The start time of process `pid` (field 22 of /proc/PID/stat), which tells a live
-// process from a later one that reuses its pid; nullopt when there is no such process.
-std::optional<uint64_t> process_start_time(pid_t pid) {
-  auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return std::nullopt;
-  const std::string& text = *stat;
-  auto close = text.rfind(')');  // comm may hold spaces and parentheses
-  if (close == std::string::npos) return std::nullopt;
-  std::string_view rest(text.c_str() + close + 1);
-  for (int field = 3; field < 22; ++field) {
-    auto sp = rest.find(' ', 1);
-    if (sp == std::string_view::npos) return std::nullopt;
-    rest.remove_prefix(sp);
-  }
-  rest.remove_prefix(1);
-  uint64_t start = 0;
-  auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), start);
-  if (ec != std::errc()) return std::nullopt;
-  return start;
-}
-
-// A runner's sandbox is named after the runner: run-<pid>-<start time>. A runner
-// killed before it could clean up leaves that behind; the next runner removes every
-// run- instance whose runner is gone.
-constexpr std::string_view kRunPrefix = "run-";
-
-std::string own_run_name() {
-  pid_t self = ::getpid();
-  return std::string(kRunPrefix) + std::to_string(self) + "-" + std::to_string(process_start_time(self).value_or(0));
-}
-
-bool runner_alive(std::string_view name) {
-  name.remove_prefix(kRunPrefix.size());
-  auto dash = name.find('-');
-  if (dash == std::string_view::npos) return false;  // an older runner's run-<slot>: its slot lock is gone with it
-  pid_t pid = 0;
-  uint64_t start = 0;
-  auto p1 = std::from_chars(name.data(), name.data() + dash, pid);
-  auto p2 = std::from_chars(name.data() + dash + 1, name.data() + name.size(), start);
-  if (p1.ec != std::errc() || p2.ec != std::errc() || p2.ptr != name.data() + name.size()) return true;  // not ours
-  return process_start_time(pid) == start;
-}
-
-void reclaim_stale_runs(runtime::Backend& backend, const std::string& own) {
-  auto names = backend.names();
-  if (!names) return;
-  for (const auto& name : *names) {
-    if (!name.starts_with(kRunPrefix) || name == own || runner_alive(name)) continue;
-    if (auto r = backend.remove_stale(name); !r)
-      std::fprintf(stderr, "cela: stale cgroup %s: %s\n", name.c_str(), r.error().message().c_str());
-  }
 }
 
 // Our stdin on its way to the command's, never holding up the command's output, the
@@ -425,6 +373,7 @@ int run(const RunOptions& o) {
     };
     // The sandbox is named after this runner; its start claims a host uid slot.
     plan->spec.name = own_run_name();
+    RunRecord record(plan->spec.name);
     plan->spec.hostname = "cela-run";
     asio::io_context reactor;
     std::unique_ptr<runtime::Instance> instance;
@@ -451,7 +400,10 @@ int run(const RunOptions& o) {
         if (auto st = supervisor.stats()) obs.stats = *st;
       }
       auto report = instance->destroy();
-      if (!report.error.empty()) say("cleanup: " + report.error);
+      if (!report.error.empty()) {
+        say("cleanup: " + report.error);
+        record.keep();  // for the next runner to finish
+      }
     }
     result = classify(obs);
     result.duration_ms = duration_ms;

@@ -232,6 +232,12 @@ Result<std::vector<std::string>> list_children(const std::string& dir) {
   while (const dirent* entry = ::readdir(stream.get())) {
     std::string name = entry->d_name;
     if (name == "." || name == "..") continue;
+    // cgroupfs fills in d_type: one stat per child only where a filesystem does not.
+    if (entry->d_type == DT_DIR) {
+      names.push_back(std::move(name));
+      continue;
+    }
+    if (entry->d_type != DT_UNKNOWN) continue;
     struct stat st = {};
     if (::stat((dir + "/" + name).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) names.push_back(name);
   }

@@ -237,7 +237,7 @@ constexpr int kHelperCaps[] = {CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH,
   int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
   if (null < 0 || ::dup2(null, 2) != 2) ::_exit(kExitSetup);
   if (::syscall(SYS_close_range, 5, ~0U, 0) != 0) ::_exit(kExitSetup);
-  // From the sealed image, as init: no process in a sandbox's namespaces runs the host file.
+  // From the sealed helper image: no process in a sandbox's namespaces runs the host file.
   char* envp[] = {nullptr};
   ::syscall(SYS_execveat, 4, "", argv, envp, AT_EMPTY_PATH);
   ::_exit(kExitSetup);
@@ -256,10 +256,10 @@ Result<HelperProcess> spawn_helper(const CgroupEntry& entry, int userns_fd, cons
   auto out = in ? above(std::move(out_w), 3, "helper stdout") : Result<UniqueFd>(std::unexpected(in.error()));
   auto third = out ? above(std::move(fd3), 3, "helper fd 3") : Result<UniqueFd>(std::unexpected(out.error()));
   if (!third) return std::unexpected(third.error());
-  auto image = sealed_init_image();
+  auto image = sealed_helper_image();
   if (!image) return std::unexpected(image.error());
   UniqueFd image_fd(::fcntl(*image, F_DUPFD_CLOEXEC, 5));  // off the child's dup targets 0-4
-  if (!image_fd) return sys_fail("dup init image");
+  if (!image_fd) return sys_fail("dup the helper image");
   std::vector<int> tasks;
   for (const auto& fd : entry.tasks) tasks.push_back(fd.get());
   // argv is built before clone3: the child may not allocate.

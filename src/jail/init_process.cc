@@ -15,6 +15,7 @@
 
 #include "common/fd.h"
 #include "common/fs.h"
+#include "jail/embed/init_image_data.h"
 
 namespace cela::jail {
 namespace {
@@ -25,8 +26,10 @@ namespace {
 constexpr unsigned kMfdExec = 0x0010U;
 constexpr int kSealExec = 0x0020;
 
-// What /proc/1/exe shows inside: "/memfd:cela-init (deleted)".
+// What /proc/1/exe shows inside: "/memfd:cela-init (deleted)"; a helper's exe names
+// the helper image.
 constexpr char kInitImageName[] = "cela-init";
+constexpr char kHelperImageName[] = "cela-helper";
 
 // The bytes the kernel and the dynamic loader read: the ELF header, the program
 // headers and every segment. The section headers and the debug sections after the
@@ -50,7 +53,38 @@ uint64_t loadable_size(int fd, uint64_t file_size) {
   return end;
 }
 
-Result<UniqueFd> build_image() {
+Result<UniqueFd> new_image(const char* name) {
+  UniqueFd image(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING | kMfdExec));
+  if (!image && errno == EINVAL) image.reset(::memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!image) return sys_fail(std::string("memfd_create for the image ") + name);
+  return image;
+}
+
+// Execute only: unreadable inside (see the header), and the file's owner (host root)
+// is the only one who could change that. Then immutable.
+Result<UniqueFd> seal_image(UniqueFd image) {
+  if (::fchmod(image.get(), 0111) != 0) return sys_fail("chmod an image");
+  if (::fcntl(image.get(), F_ADD_SEALS, kSealExec) != 0 && errno != EINVAL) return sys_fail("seal an image's mode");
+  if (::fcntl(image.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
+    return sys_fail("seal an image");
+  return image;
+}
+
+Result<UniqueFd> build_init_image() {
+  const auto bytes = embedded_init_image();
+  if (bytes.empty()) return fail(ErrorCode::internal, "this cela carries no cela-init image");
+  auto image = new_image(kInitImageName);
+  if (!image) return image;
+  for (size_t done = 0; done < bytes.size();) {
+    ssize_t n = ::write(image->get(), bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return sys_fail("write the init image");
+    done += static_cast<size_t>(n);
+  }
+  return seal_image(std::move(*image));
+}
+
+Result<UniqueFd> build_helper_image() {
   UniqueFd self(::open("/proc/self/exe", O_RDONLY | O_CLOEXEC));
   if (!self) return sys_fail("open /proc/self/exe");
   struct stat st{};
@@ -59,34 +93,38 @@ Result<UniqueFd> build_image() {
   const uint64_t trimmed = loadable_size(self.get(), file_size);
   const uint64_t size = trimmed ? trimmed : file_size;
 
-  UniqueFd image(::memfd_create(kInitImageName, MFD_CLOEXEC | MFD_ALLOW_SEALING | kMfdExec));
-  if (!image && errno == EINVAL) image.reset(::memfd_create(kInitImageName, MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!image) return sys_fail("memfd_create for the init image");
+  auto image = new_image(kHelperImageName);
+  if (!image) return image;
   off_t offset = 0;
   while (static_cast<uint64_t>(offset) < size) {
-    ssize_t n = ::sendfile(image.get(), self.get(), &offset, size - static_cast<uint64_t>(offset));
+    ssize_t n = ::sendfile(image->get(), self.get(), &offset, size - static_cast<uint64_t>(offset));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return sys_fail("copy cela into the init image");
+    if (n <= 0) return sys_fail("copy cela into the helper image");
   }
   if (trimmed) {
     // No section headers any more: say so, or tools reading the image would follow
     // e_shoff past its end.
     Elf64_Ehdr eh{};
-    if (::pread(image.get(), &eh, sizeof eh, 0) != static_cast<ssize_t>(sizeof eh))
-      return sys_fail("read the init image's ELF header");
+    if (::pread(image->get(), &eh, sizeof eh, 0) != static_cast<ssize_t>(sizeof eh))
+      return sys_fail("read the helper image's ELF header");
     eh.e_shoff = 0;
     eh.e_shnum = 0;
     eh.e_shstrndx = SHN_UNDEF;
-    if (::pwrite(image.get(), &eh, sizeof eh, 0) != static_cast<ssize_t>(sizeof eh))
-      return sys_fail("write the init image's ELF header");
+    if (::pwrite(image->get(), &eh, sizeof eh, 0) != static_cast<ssize_t>(sizeof eh))
+      return sys_fail("write the helper image's ELF header");
   }
-  // Execute only: unreadable inside (see the header), and the file's owner (host
-  // root) is the only one who could change that.
-  if (::fchmod(image.get(), 0111) != 0) return sys_fail("chmod the init image");
-  if (::fcntl(image.get(), F_ADD_SEALS, kSealExec) != 0 && errno != EINVAL) return sys_fail("seal the init image's mode");
-  if (::fcntl(image.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
-    return sys_fail("seal the init image");
-  return image;
+  return seal_image(std::move(*image));
+}
+
+// One image per process, made on first use.
+Result<int> once(std::mutex& mu, UniqueFd& image, Result<UniqueFd> (*build)()) {
+  std::lock_guard lock(mu);
+  if (!image) {
+    auto built = build();
+    if (!built) return std::unexpected(built.error());
+    image = std::move(*built);
+  }
+  return image.get();
 }
 
 }  // namespace
@@ -94,13 +132,13 @@ Result<UniqueFd> build_image() {
 Result<int> sealed_init_image() {
   static std::mutex mu;
   static UniqueFd image;
-  std::lock_guard lock(mu);
-  if (!image) {
-    auto built = build_image();
-    if (!built) return std::unexpected(built.error());
-    image = std::move(*built);
-  }
-  return image.get();
+  return once(mu, image, build_init_image);
+}
+
+Result<int> sealed_helper_image() {
+  static std::mutex mu;
+  static UniqueFd image;
+  return once(mu, image, build_helper_image);
 }
 
 bool can_protect_init_from_oom() {

@@ -3,15 +3,22 @@
 //
 // Init image. Init never runs from the host's cela binary: an exec's first execve
 // runs in init's memory, where /proc/self/exe would be the host file (runc's
-// CVE-2019-5736). Init is executed instead from a sealed memfd holding a copy of the
-// loadable part of cela (the ELF segments; no debug sections), mode 0111: runnable,
-// not readable by anyone inside, immutable (write, grow, shrink and seal sealed). The
-// unreadable image also decides who owns init's /proc entries: the kernel moves the
-// mm of a process whose executable it cannot read to the nearest user namespace that
-// owns the file (would_dump(), fs/exec.c), here the host's, so /proc/1/* belongs to
-// host root and sandbox root can neither write oom_score_adj, coredump_filter or
-// clear_refs, nor list init's fds, nor open /proc/1/exe. One copy per host process
-// (the daemon makes it once), shared by every sandbox it starts.
+// CVE-2019-5736). Init is cela-init (agent/init_main.cc), a small static executable
+// cela carries in its read-only data (jail/embed/), executed from a sealed memfd copy
+// of it, mode 0111: runnable, not readable by anyone inside, immutable (write, grow,
+// shrink and seal sealed). Static and small, it costs a sandbox neither a copy of
+// cela nor a dynamic link at start. The unreadable image also decides who owns
+// init's /proc entries: the kernel moves the mm of a process whose executable it
+// cannot read to the nearest user namespace that owns the file (would_dump(),
+// fs/exec.c), here the host's, so /proc/1/* belongs to host root and sandbox root
+// can neither write oom_score_adj, coredump_filter or clear_refs, nor list init's
+// fds, nor open /proc/1/exe. One copy per host process (the daemon makes it once),
+// shared by every sandbox it starts.
+//
+// Helper image. The daemon's helpers inside a session (archive import, directory
+// watch: jail/file_writer.h) run cela's own subcommands, so they are executed from a
+// second sealed image with the same properties: the loadable part of cela itself (the
+// ELF segments; no debug sections), made on first use.
 //
 // OOM. Init is never the OOM victim: the host sets its score to OOM_SCORE_ADJ_MIN
 // through the legacy oom_adj file, which (unlike oom_score_adj) leaves the floor that
@@ -27,9 +34,13 @@
 
 namespace cela::jail {
 
-// The sealed image of this process's own executable, made on first use; the fd stays
-// open (close-on-exec) for the life of the process. Thread-safe.
+// The sealed cela-init image, made on first use; the fd stays open (close-on-exec)
+// for the life of the process. Thread-safe.
 Result<int> sealed_init_image();
+
+// The sealed image of this process's own executable (cela), for helpers; made on
+// first use, kept like the init image. Thread-safe.
+Result<int> sealed_helper_image();
 
 // Makes `pid` (a freshly cloned init, before it starts anything) unkillable by the
 // OOM killer, in a way it cannot pass on below 0 to its children. Without

@@ -32,12 +32,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <iterator>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/fd.h"
@@ -364,6 +366,34 @@ Result<SeccompProgram> build_seccomp_program() {
   return SeccompProgram{std::move(*instructions)};
 }
 
+namespace {
+
+// The cache keeps the programs of the kSeccompCacheEntries builds that used it last:
+// several cela builds on one host (an upgrade in progress, a test build beside the
+// installed one) each keep their own, and a new build evicts only the least recently
+// used. (Evicting every other entry on a miss made two builds recompile each other's.)
+void evict_old_programs(const std::string& cache_dir) {
+  DIR* dir = ::opendir(cache_dir.c_str());
+  if (!dir) return;
+  std::vector<std::pair<int64_t, std::string>> entries;  // (mtime ns, name)
+  while (const dirent* entry = ::readdir(dir)) {
+    std::string_view name = entry->d_name;
+    if (!name.starts_with("seccomp-") || !name.ends_with(".bpf")) continue;
+    struct stat st{};
+    if (::fstatat(::dirfd(dir), entry->d_name, &st, 0) != 0) continue;
+    entries.emplace_back(int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec, std::string(name));
+  }
+  // Room for the one about to be written.
+  if (entries.size() >= kSeccompCacheEntries) {
+    std::sort(entries.begin(), entries.end());
+    for (size_t i = 0; i + kSeccompCacheEntries <= entries.size(); ++i)
+      ::unlinkat(::dirfd(dir), entries[i].second.c_str(), 0);
+  }
+  ::closedir(dir);
+}
+
+}  // namespace
+
 Result<SeccompProgram> cached_seccomp_program(const std::string& cache_dir) {
   struct stat self{};
   if (::stat("/proc/self/exe", &self) != 0) return build_seccomp_program();
@@ -371,19 +401,13 @@ Result<SeccompProgram> cached_seccomp_program(const std::string& cache_dir) {
                      "-" + std::to_string(self.st_size) + "-" + std::to_string(self.st_mtim.tv_sec) + "." +
                      std::to_string(self.st_mtim.tv_nsec) + ".bpf";
   if (auto cached = read_file(path))
-    if (auto program = agent::seccomp_program_from_bytes(*cached)) return program;
+    if (auto program = agent::seccomp_program_from_bytes(*cached)) {
+      ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // used now: the last to go
+      return program;
+    }
   auto program = build_seccomp_program();
   if (!program) return program;
-  // A miss means a new binary: programs cached for earlier builds are dead weight.
-  // (A still-running older binary that loses its file just compiles again.)
-  if (DIR* dir = ::opendir(cache_dir.c_str())) {
-    while (const dirent* entry = ::readdir(dir)) {
-      std::string_view name = entry->d_name;
-      if (name.starts_with("seccomp-") && name.ends_with(".bpf"))
-        ::unlinkat(::dirfd(dir), entry->d_name, 0);
-    }
-    ::closedir(dir);
-  }
+  evict_old_programs(cache_dir);
   // Best effort: a failed cache write only costs the next run a compile.
   std::string tmp = path + ".tmp" + std::to_string(::getpid());
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));

@@ -42,7 +42,10 @@ Result<SeccompProgram> build_seccomp_program();
 // identity of the running cela binary (device, inode, size, mtime): the policy is
 // compiled into the binary, so a new binary means a new key. Compiling costs about
 // 2 ms per spawn; loading the cached program a few microseconds. The directory must
-// be writable by root only (the program decides what sandboxes may do).
+// be writable by root only (the program decides what sandboxes may do). The cache holds
+// the programs of the kSeccompCacheEntries builds that used it last, so builds
+// sharing a host do not evict each other's.
+inline constexpr size_t kSeccompCacheEntries = 8;
 Result<SeccompProgram> cached_seccomp_program(const std::string& cache_dir = "/run/cela");
 
 }  // namespace cela::jail

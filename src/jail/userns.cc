@@ -4,6 +4,8 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include "common/fs.h"
 
@@ -22,8 +24,18 @@ Result<std::optional<UidSlot>> UidSlot::try_acquire(uint32_t index, const std::s
 
 Result<UidSlot> UidSlot::acquire(const std::string& lock_dir, uint32_t max_slots) {
   max_slots = std::min(max_slots, kMaxSlots);
-  for (uint32_t i = 0; i < max_slots; ++i) {
-    auto slot = try_acquire(i, lock_dir);
+  if (max_slots == 0) return fail(ErrorCode::limit, "no sandbox uid slots are configured");
+  // From a random slot on, wrapping: the probes a claim takes follow the share of
+  // slots in use, not their number (scanning from slot 0 cost every claim one failed
+  // flock per live sandbox on the host).
+  // Neither an id nor a secret: getrandom(2) itself, not the CSPRNG of common/random
+  // (whose first use costs a one-shot run more than the whole claim).
+  uint32_t first = 0;
+  if (::getrandom(&first, sizeof first, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof first))
+    first = static_cast<uint32_t>(::getpid()) * 2654435761u;
+  first %= max_slots;
+  for (uint32_t n = 0; n < max_slots; ++n) {
+    auto slot = try_acquire((first + n) % max_slots, lock_dir);
     if (!slot) return std::unexpected(slot.error());
     if (*slot) return std::move(**slot);
   }

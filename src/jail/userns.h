@@ -23,12 +23,14 @@ namespace cela::jail {
 
 inline constexpr uint32_t kUidBase = 0x10000000;  // 268435456: far above any account
 inline constexpr uint32_t kIdsPerSlot = 65536;
-inline constexpr uint32_t kMaxSlots = 4096;
+// 32,768 slots end at host uid 0x8fffffff, well inside uid_t.
+inline constexpr uint32_t kMaxSlots = 32768;
 inline constexpr const char* kSlotLockDir = "/run/cela/slots";
 
 class UidSlot {
  public:
-  // Claims the lowest free slot below `max_slots` (lock files under `lock_dir`);
+  // Claims a free slot below `max_slots` (lock files under `lock_dir`), probing from a
+  // random one so a claim stays O(1) however many sandboxes live on the host;
   // ErrorCode::limit when every one is taken.
   static Result<UidSlot> acquire(const std::string& lock_dir = "/run/cela/slots", uint32_t max_slots = kMaxSlots);
   // Claims slot `index` if it is free; nullopt when another process holds it.

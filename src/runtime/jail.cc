@@ -734,9 +734,11 @@ Result<std::unique_ptr<Backend>> open_jail_backend(const JailOptions& options) {
   // every init gets it as a sealed memfd (agent/seccomp_program.h).
   auto seccomp = jail::cached_seccomp_program();
   if (!seccomp) return std::unexpected(seccomp.error());
-  // The one sealed copy of cela every session's init runs from, made before the first
-  // session needs it (and a failure to make it is a failure to start).
+  // The sealed images every session's init (and helper) runs from, made before the
+  // first session needs them (and a failure to make one is a failure to start).
   if (auto image = jail::sealed_init_image(); !image) return std::unexpected(image.error());
+  if (options.helpers)
+    if (auto image = jail::sealed_helper_image(); !image) return std::unexpected(image.error());
   auto disks = DiskPool::open(options.disks);
   if (!disks) return std::unexpected(disks.error());
   if ((*disks)->recovered_loops() || (*disks)->recovered_files())

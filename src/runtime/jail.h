@@ -15,6 +15,9 @@
 
 namespace cela::runtime {
 
+// The most host uid slots a jail backend can use (jail/userns.h).
+inline constexpr uint32_t kMaxUidSlots = jail::kMaxSlots;
+
 // What every sandbox of a jail backend gets, whatever its session asks for.
 struct JailOptions {
   uint32_t uid_slots = jail::kMaxSlots;  // host uid slots this backend may take
@@ -23,6 +26,9 @@ struct JailOptions {
   jail::IoLimits io;                     // block I/O weight and per-disk throttles
   DiskPoolOptions disks;                 // disk-backed writable layers
   bool exec_notify = false;              // report every execve inside (Instance::on_process)
+  // Helpers will run in instances (file imports, watches: Instance::spawn_helper):
+  // their sealed image (a copy of cela) is made when the backend opens, not on first use.
+  bool helpers = false;
 };
 
 // Detects the host's cgroup layout and compiles (or loads from the cache) the seccomp

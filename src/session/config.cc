@@ -11,6 +11,7 @@
 
 #include "common/fs.h"
 #include "common/json_fields.h"
+#include "runtime/jail.h"
 
 namespace cela::session {
 namespace json = boost::json;
@@ -378,7 +379,8 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
     if (!(ratio > 0) || ratio > 1e6)
       return fail(ErrorCode::invalid_argument, "config: admission.overcommit ratios must be > 0");
   if (c.exec_nofile < 16) return fail(ErrorCode::invalid_argument, "config: exec_nofile must be >= 16");
-  if (c.uid_slots < 1 || c.uid_slots > 4096) return fail(ErrorCode::invalid_argument, "config: uid_slots must be 1..4096");
+  if (c.uid_slots < 1 || c.uid_slots > runtime::kMaxUidSlots)
+    return fail(ErrorCode::invalid_argument, "config: uid_slots must be 1.." + std::to_string(runtime::kMaxUidSlots));
   if (c.output_retention_days < 0)
     return fail(ErrorCode::invalid_argument, "config: output_retention.days must be >= 0");
   if (c.max_sessions < 1) return fail(ErrorCode::invalid_argument, "config: max_sessions must be >= 1");

@@ -148,7 +148,7 @@ struct DaemonConfig {
   double output_retention_days = 7;
   // How many host uid slots (65,536 ids each) this daemon may use; creates past them
   // answer 503. Lower it to share a host's slots between daemons.
-  uint64_t uid_slots = 4096;
+  uint64_t uid_slots = 32768;
   // A stdin write the process does not take within this bound answers request_timeout.
   uint64_t stdin_timeout_s = 30;
   // Every exec's RLIMIT_NOFILE (soft and hard), at most the daemon's hard limit.

@@ -52,6 +52,7 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(const DaemonConfig&
   std::unique_ptr<SessionManager> m(new SessionManager(config, store));
   runtime::JailOptions options;
   options.uid_slots = static_cast<uint32_t>(config.uid_slots);
+  options.helpers = true;  // uploads and watches
   options.budgets.sigpending = config.budgets.sigpending;
   options.budgets.msgqueue_bytes = config.budgets.msgqueue_bytes;
   options.budgets.memlock_bytes = config.budgets.memlock_bytes;

@@ -6,8 +6,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <string>
 
+#include "jail/embed/init_image_data.h"
 #include "jail/init_process.h"
 #include "jail/mounts.h"
 
@@ -28,21 +30,52 @@ std::string read_range(int fd, off_t offset, size_t size) {
   return out;
 }
 
-TEST(InitImage, IsOneSealedExecuteOnlyCopyOfTheLoadableImage) {
+void expect_sealed_execute_only(int image) {
+  struct stat st{};
+  ASSERT_EQ(::fstat(image, &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0111u);
+  int seals = ::fcntl(image, F_GET_SEALS);
+  for (int seal : {F_SEAL_SEAL, F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_WRITE}) EXPECT_TRUE(seals & seal) << seal;
+  EXPECT_EQ(::fcntl(image, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+  EXPECT_LT(::pwrite(image, "x", 1, 0), 0);
+  EXPECT_NE(::ftruncate(image, 0), 0);
+}
+
+TEST(InitImage, IsOneSealedExecuteOnlyCopyOfTheEmbeddedStaticInit) {
   auto image = sealed_init_image();
   ASSERT_TRUE(image) << image.error().message();
   auto again = sealed_init_image();
   ASSERT_TRUE(again);
   EXPECT_EQ(*image, *again);  // one copy per process
+  expect_sealed_execute_only(*image);
 
+  const auto embedded = embedded_init_image();
+  ASSERT_GT(embedded.size(), sizeof(Elf64_Ehdr));
   struct stat st{};
   ASSERT_EQ(::fstat(*image, &st), 0);
-  EXPECT_EQ(st.st_mode & 07777, 0111u);
-  int seals = ::fcntl(*image, F_GET_SEALS);
-  for (int seal : {F_SEAL_SEAL, F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_WRITE}) EXPECT_TRUE(seals & seal) << seal;
-  EXPECT_EQ(::fcntl(*image, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
-  EXPECT_LT(::pwrite(*image, "x", 1, 0), 0);
-  EXPECT_NE(::ftruncate(*image, 0), 0);
+  ASSERT_EQ(static_cast<size_t>(st.st_size), embedded.size());
+  EXPECT_EQ(read_range(*image, 0, embedded.size()), std::string(embedded.begin(), embedded.end()));
+  // A static executable: no program interpreter, so no dynamic link at start.
+  Elf64_Ehdr eh{};
+  std::memcpy(&eh, embedded.data(), sizeof eh);
+  EXPECT_EQ(std::string(reinterpret_cast<char*>(eh.e_ident), SELFMAG), ELFMAG);
+  for (unsigned i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph{};
+    std::memcpy(&ph, embedded.data() + eh.e_phoff + i * sizeof ph, sizeof ph);
+    EXPECT_NE(ph.p_type, static_cast<uint32_t>(PT_INTERP)) << "cela-init is dynamically linked";
+  }
+}
+
+TEST(HelperImage, IsOneSealedExecuteOnlyCopyOfTheLoadableImage) {
+  auto image = sealed_helper_image();
+  ASSERT_TRUE(image) << image.error().message();
+  auto again = sealed_helper_image();
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*image, *again);  // one copy per process
+  EXPECT_NE(*image, *sealed_init_image());
+  expect_sealed_execute_only(*image);
+  struct stat st{};
+  ASSERT_EQ(::fstat(*image, &st), 0);
 
   // The segments are the test binary's own bytes; the section headers are gone.
   int self = ::open("/proc/self/exe", O_RDONLY | O_CLOEXEC);

@@ -21,12 +21,14 @@
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <set>
 #include <string>
@@ -445,20 +447,51 @@ TEST_F(SeccompFilterTest, CoreutilsAndGitRun) {
 }  // namespace
 }  // namespace cela::jail
 
-// The cache the daemon and the re-executed inits share: same program as a fresh
-// compile, one file per binary, stale files of earlier builds pruned on a miss.
-TEST(SeccompCache, CachesTheCompiledProgramAndPrunesStaleOnes) {
+namespace {
+
+std::string make_cache_dir() {
   char tmpl[] = "/tmp/cela-seccomp-cache-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  std::string dir = tmpl;
-  std::string stale = dir + "/seccomp-0-0-0-0.0.bpf";
-  { FILE* f = std::fopen(stale.c_str(), "w"); ASSERT_NE(f, nullptr); std::fputs("junk", f); std::fclose(f); }
+  EXPECT_NE(::mkdtemp(tmpl), nullptr);
+  return tmpl;
+}
+
+// Another build's cache entry, last used `age_s` seconds ago.
+std::string other_build_entry(const std::string& dir, int n, int age_s) {
+  std::string path = dir + "/seccomp-0-" + std::to_string(n) + "-0-0.0.bpf";
+  FILE* f = std::fopen(path.c_str(), "w");
+  EXPECT_NE(f, nullptr);
+  std::fputs("junk", f);
+  std::fclose(f);
+  timespec t[2];
+  ::clock_gettime(CLOCK_REALTIME, &t[0]);
+  t[0].tv_sec -= age_s;
+  t[1] = t[0];
+  EXPECT_EQ(::utimensat(AT_FDCWD, path.c_str(), t, 0), 0);
+  return path;
+}
+
+int cache_files(const std::string& dir) {
+  int files = 0;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) files += std::string_view(e->d_name).ends_with(".bpf");
+    ::closedir(d);
+  }
+  return files;
+}
+
+}  // namespace
+
+// The cache the daemon and the runners share: same program as a fresh compile, one
+// file per binary, and another build's program survives this build's miss.
+TEST(SeccompCache, CachesTheCompiledProgramAndKeepsOtherBuildsPrograms) {
+  const std::string dir = make_cache_dir();
+  const std::string other = other_build_entry(dir, 1, 60);
 
   auto fresh = cela::jail::build_seccomp_program();
   ASSERT_TRUE(fresh.has_value());
   auto first = cela::jail::cached_seccomp_program(dir);
   ASSERT_TRUE(first.has_value());
-  EXPECT_NE(::access(stale.c_str(), F_OK), 0) << "stale cache file kept";
+  EXPECT_EQ(::access(other.c_str(), F_OK), 0) << "another build's program was evicted on a miss";
   auto second = cela::jail::cached_seccomp_program(dir);  // from the file now
   ASSERT_TRUE(second.has_value());
   ASSERT_EQ(first->instructions.size(), fresh->instructions.size());
@@ -466,11 +499,19 @@ TEST(SeccompCache, CachesTheCompiledProgramAndPrunesStaleOnes) {
   EXPECT_EQ(std::memcmp(second->instructions.data(), fresh->instructions.data(),
                         fresh->instructions.size() * sizeof(sock_filter)),
             0);
-  int files = 0;
-  if (DIR* d = ::opendir(dir.c_str())) {
-    while (dirent* e = ::readdir(d)) files += std::string_view(e->d_name).ends_with(".bpf");
-    ::closedir(d);
-  }
-  EXPECT_EQ(files, 1);
+  EXPECT_EQ(cache_files(dir), 2);
+  std::filesystem::remove_all(dir);
+}
+
+// A full cache makes room by evicting the least recently used program only.
+TEST(SeccompCache, AFullCacheEvictsOnlyTheLeastRecentlyUsed) {
+  const std::string dir = make_cache_dir();
+  std::vector<std::string> others;
+  for (size_t i = 0; i < cela::jail::kSeccompCacheEntries; ++i)
+    others.push_back(other_build_entry(dir, static_cast<int>(i), 100 - static_cast<int>(i)));  // others[0] oldest
+  ASSERT_TRUE(cela::jail::cached_seccomp_program(dir).has_value());
+  EXPECT_NE(::access(others[0].c_str(), F_OK), 0) << "the least recently used program stayed";
+  for (size_t i = 1; i < others.size(); ++i) EXPECT_EQ(::access(others[i].c_str(), F_OK), 0) << others[i];
+  EXPECT_EQ(cache_files(dir), static_cast<int>(cela::jail::kSeccompCacheEntries));
   std::filesystem::remove_all(dir);
 }
