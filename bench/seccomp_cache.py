@@ -3,10 +3,10 @@
 cached_seccomp_program: one compiled program per binary under /run/cela, named by the
 binary's device, inode, size and mtime). Two copies of the binary (different inode and
 mtime) run `cela run --template host -- /bin/true` alternately; each run counts as a
-hit when its program file was there before the run and is the same file after it (not
-compiled and written again). A build that evicts every other build's program on a miss
-makes every run after the first two a miss. A benchmark, not a test: it asserts
-nothing.
+hit when its program file was there before the run and is the same file (inode) after
+it, not compiled and written again. A build that evicts every other build's program
+on a miss makes every run after the first two a miss. A benchmark, not a test: it
+asserts nothing.
 
     python3 bench/seccomp_cache.py --cela build/cela [--rounds 5]
 
@@ -53,11 +53,13 @@ def programs(cache_dir=CACHE_DIR):
 
 def classify(own, other, before, after):
     """One run's verdict from the cache dir before and after it: "hit" (its program was
-    there and nothing rewrote it), "miss" (it wrote its program), or "unknown" (no file
+    there and nothing replaced it), "miss" (it wrote its program), or "unknown" (no file
     of the expected name appeared: the cache moved or is named otherwise). Also whether
     the run removed the other copy's program, and the programs neither copy owns that
     came or changed meanwhile."""
-    written = {n for n in after if before.get(n) != after[n]}
+    # A program is written to a temporary file renamed over the name: a new inode. A
+    # hit may touch the file's times (to mark it used), which is no write.
+    written = {n for n in after if n not in before or before[n][0] != after[n][0]}
     if own in after:
         verdict = "miss" if own in written else "hit"
     else:

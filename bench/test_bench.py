@@ -104,6 +104,7 @@ def test_seccomp_program_path_is_the_file_cela_writes():
 def test_seccomp_runs_are_classified_from_the_cache_dir():
     own, other = "seccomp-own.bpf", "seccomp-other.bpf"
     assert seccomp_cache.classify(own, other, {own: (1, 1)}, {own: (1, 1)}) == ("hit", False, 0)
+    assert seccomp_cache.classify(own, other, {own: (1, 1)}, {own: (1, 9)}) == ("hit", False, 0)  # touched
     assert seccomp_cache.classify(own, other, {other: (2, 2)}, {own: (3, 3)}) == ("miss", True, 0)
     assert seccomp_cache.classify(own, other, {own: (1, 1)}, {own: (4, 4), other: (2, 2)}) == ("miss", False, 0)
     assert seccomp_cache.classify(own, other, {}, {"seccomp-x.bpf": (5, 5)}) == ("miss", False, 1)
