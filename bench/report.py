@@ -170,6 +170,9 @@ def scale_figures(s, n):
         if left:
             count = sum(v for k, v in left.items() if k != "none")
             detail = ", ".join(f"{k} {v}" for k, v in left.items() if k != "none")
+            if when == "after_stop" and s.get("leftovers_at_stop"):
+                detail += (f" ({s['leftovers_at_stop']} right at the stop, released by the kernel within "
+                           f"{s['leftovers_released_s']:.0f} s)")
             figs.append(figure("g", f"left behind {when.replace('_', ' ')}",
                                "cgroups, loop devices, mounts, uid slot locks, processes of this daemon", 1, count,
                                "items", 0, note=detail))

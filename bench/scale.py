@@ -292,7 +292,7 @@ def d_session_ids(d):
     return ownership.own_session_ids()
 
 
-def finish(d, fig, ids_hint=()):
+def finish(d, fig, ids_hint=(), release_s=180):
     """Stops `d` and records what is left after the stop. A daemon that died is waited
     for and started once more on its state dir, so its recovery removes what its
     sessions left (cgroups, loop devices), before the state dir goes."""
@@ -322,7 +322,18 @@ def finish(d, fig, ids_hint=()):
         fig["restarted_for_recovery"] = True
         fig["recovery_s"] = time.monotonic() - t0
     d.stop()
-    fig["leftovers_after_stop"] = leftovers(d, ids)
+    # The kernel lets go of loop devices whose last holder was a dead sandbox's mount
+    # namespace in the background (a minute for 1,500 after a crash here): wait for it,
+    # and say what was there at first and how long it took.
+    t0 = time.monotonic()
+    left = first = leftovers(d, ids)
+    while not left["none"] and time.monotonic() - t0 < release_s:
+        time.sleep(1)
+        left = leftovers(d, ids)
+    if not first["none"]:
+        fig["leftovers_at_stop"] = first
+        fig["leftovers_released_s"] = time.monotonic() - t0
+    fig["leftovers_after_stop"] = left
     d.close()
 
 
@@ -330,7 +341,8 @@ def summarize(fig):
     """p50s and ratios of figure (g) from its samples."""
     out = {k: fig.get(k) for k in ("runs", "reached", "target_sessions", "stopped_by", "ramp_create_per_s",
                                    "delete_all_s", "deleted", "delete_error", "leftovers_after_delete",
-                                   "leftovers_after_crash", "leftovers_after_stop", "error", "crashed",
+                                   "leftovers_after_crash", "leftovers_at_stop", "leftovers_released_s",
+                                   "leftovers_after_stop", "error", "crashed",
                                    "crashed_exit_s", "recovery_s", "create_n_error", "create_n_note")}
     # The costs at the end, or at the last stage before the daemon died.
     c = fig.get("costs") or {}
