@@ -148,12 +148,16 @@ def scale_figures(s, n):
                            s["daemon_fds_per_session"], "fds", None,
                            note=f"by kind: {kinds}; RLIMIT_NOFILE {resource.getrlimit(resource.RLIMIT_NOFILE)[1]} / "
                            "this = the most sessions the daemon can hold"))
+    m = s.get("measured_at") or live
+    capped = (f"measured at {m} live, 90% of the descriptors the daemon had left (running out crashes it "
+              "today), then the ramp went on") if s.get("capped_at") else None
     for name, what in (("create", "cold create p50"), ("exec_roundtrip", "exec round trip p50")):
         at_n, zero = s.get(f"{name}_n_p50_ms"), s.get(f"{name}_0_p50_ms")
         if at_n is not None:
-            figs.append(figure("g", f"{what} at {live} live", f"as (e) / (c), {runs} runs each", runs, at_n, "ms",
+            note = "; ".join(x for x in (capped, s.get("create_n_note") if name == "create" else None) if x)
+            figs.append(figure("g", f"{what} at {m} live", f"as (e) / (c), {runs} runs each", runs, at_n, "ms",
                                1.3, reference=f"{zero:.2f} ms at 0 live", ratio=at_n / zero,
-                               ratio_of=f"at {live} / at 0", note=s.get("create_n_note") if name == "create" else None))
+                               ratio_of=f"at {m} / at 0", note=note or None))
         elif zero is not None:
             why = "the daemon died (below)" if died else (s.get("create_n_error") or "not measured")
             figs.append(skipped("g", f"{what} at {live} live", f"as (e) / (c); {zero:.2f} ms at 0 live", why))

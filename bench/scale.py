@@ -218,15 +218,50 @@ def costs(pid, base, kinds_0, ids):
             "cgroup_memory_per_session_bytes": sum(cg) / len(cg) if cg else None}
 
 
+def nofile_hard(pid):
+    """The hard RLIMIT_NOFILE of process `pid`."""
+    with open(f"/proc/{pid}/limits") as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                return int(line.split()[4])
+    raise KeyError("Max open files")
+
+
+def fd_cap(pid, cost, margin=0.9):
+    """The live count at which the daemon would have used `margin` of the descriptors
+    it has left, at what a session has cost so far (None before any was measured)."""
+    per = cost.get("daemon_fds_per_session") or 0
+    if per <= 0:
+        return None
+    room = (nofile_hard(pid) - cost["daemon_fds"]) / per
+    return cost["live"] + int(room * margin)
+
+
 def scale(d, n, runs, body, clients=8, hooks=None, settle_s=2.0, step=500):
     """Figure (g) on the started daemon `d`. hooks: {live count: fn(live count)} run
-    once the ramp reaches that count (fn's result lands in the figure under "hooks")."""
+    once the ramp reaches that count (fn's result lands in the figure under "hooks").
+
+    The latencies at N are measured at n live, or short of the descriptor limit (90% of
+    what the daemon has left, from what a session cost so far: running out crashes
+    today's daemon); then the ramp goes on to n, so the figure also says how far the
+    daemon gets and what stops it."""
     hooks = dict(hooks or {})
     c = KeepAlive(d.socket)
     pid = d.proc.pid
     fig = {"target_sessions": n, "runs": runs, "clients": clients, "template": body["template"],
            "disk_kind": body.get("disk", {}).get("kind", "the daemon's default"), "hooks": {}}
     ids, probe_sid = [], None
+    state = {"ramp_s": 0.0}
+
+    def ramp_to(live):
+        want = live - 1 - len(ids)  # the probe session is live too
+        if want <= 0:
+            return None
+        got, seconds, error = create_many(d.socket, want, body, clients)
+        ids.extend(got)
+        state["ramp_s"] += seconds
+        return error
+
     try:
         time.sleep(settle_s)  # the disk pool fills at start
         base = probe(pid)
@@ -239,41 +274,51 @@ def scale(d, n, runs, body, clients=8, hooks=None, settle_s=2.0, step=500):
         # Stages: the hooks' counts and every `step` sessions, each ending with a look at
         # what the sessions cost so far (kept when the daemon dies at its limit).
         stops = sorted(set(k for k in hooks if 0 < k < n) | set(range(step, n, step))) + [n]
-        ramp_s, error = 0.0, None
+        error, cap = None, None
         for stop in stops:
-            want = stop - 1 - len(ids)  # the probe session is live too
-            if want > 0:
-                got, seconds, error = create_many(d.socket, want, body, clients)
-                ids += got
-                ramp_s += seconds
+            capped = cap is not None and stop > cap
+            error = ramp_to(min(stop, cap) if capped else stop)
             if error:
                 break
             fig["costs"] = costs(pid, base, kinds_0, ids)
-            if stop in hooks:
+            cap = fd_cap(pid, fig["costs"])
+            if stop in hooks and not capped:
                 fig["hooks"][str(stop)] = hooks[stop](len(ids) + 1)
-        fig["reached"] = len(ids) + 1
-        fig["ramp_create_per_s"] = len(ids) / ramp_s if ramp_s else None
+            if capped:
+                fig["capped_at"] = len(ids) + 1
+                break
         time.sleep(settle_s)
-        fig["stopped_by"] = error
         if daemon_error(d):
             fig["error"] = daemon_error(d)
+            fig["stopped_by"] = error
+            fig["reached"] = len(ids) + 1
             return fig
         fig["costs"] = costs(pid, base, kinds_0, ids)
+        fig["measured_at"] = len(ids) + 1
 
         fig["exec_roundtrip_n_ms"] = exec_roundtrip(c, probe_sid, runs)
         if error and ids:
             # At the limit: make room for the create figure (one create at a time).
             for s in ids[-2:]:
                 c.call("DELETE", f"/v1/sessions/{s}")
-            ids = ids[:-2]
+            del ids[-2:]
             fig["create_n_note"] = f"two sessions deleted first to make room: measured at {len(ids) + 1} live"
         try:
             fig["create_n_ms"] = cold_create(c, body, runs)["samples_ms"]
         except RuntimeError as exc:
             fig["create_n_error"] = str(exc)
+        if not error and len(ids) + 1 < n:
+            error = ramp_to(n)  # on to the target, or to whatever stops the daemon first
+        fig["reached"] = len(ids) + 1
+        fig["stopped_by"] = error
+        time.sleep(settle_s)
+        if daemon_error(d):
+            fig["error"] = daemon_error(d)
     except (OSError, RuntimeError) as exc:
         fig["error"] = daemon_error(d) or f"{type(exc).__name__}: {exc}"
+        fig.setdefault("reached", len(ids) + 1)
     finally:
+        fig["ramp_create_per_s"] = len(ids) / state["ramp_s"] if state["ramp_s"] else None
         if not exited(d):
             everything = ids + ([probe_sid] if probe_sid else [])
             seconds, error = delete_many(d.socket, everything, clients)
@@ -339,7 +384,8 @@ def finish(d, fig, ids_hint=(), release_s=180):
 
 def summarize(fig):
     """p50s and ratios of figure (g) from its samples."""
-    out = {k: fig.get(k) for k in ("runs", "reached", "target_sessions", "stopped_by", "ramp_create_per_s",
+    out = {k: fig.get(k) for k in ("runs", "reached", "measured_at", "capped_at", "target_sessions", "stopped_by",
+                                   "ramp_create_per_s",
                                    "delete_all_s", "deleted", "delete_error", "leftovers_after_delete",
                                    "leftovers_after_crash", "leftovers_at_stop", "leftovers_released_s",
                                    "leftovers_after_stop", "error", "crashed",
