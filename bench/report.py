@@ -135,7 +135,8 @@ def scale_figures(s, n):
     at = s.get("costs_at")
     if s.get("memory_per_session_bytes") is not None:
         cg = s.get("cgroup_memory_per_session_bytes")
-        early = f"measured at {at} live, the last stage before the daemon died" if died else None
+        early = (f"measured at {at} live" + ("" if s.get("measured_at") else ", the last stage before the daemon "
+                                              "died")) if died or s.get("capped_at") else None
         figs.append(figure("g", "memory per idle session", f"(MemAvailable at 0 - at {at}) / {at}", 1,
                            s["memory_per_session_bytes"] / MiB, "MiB", 1.0,
                            reference=f"session cgroup memory {cg / MiB:.2f} MiB each" if cg else None,
@@ -150,7 +151,7 @@ def scale_figures(s, n):
                            "this = the most sessions the daemon can hold"))
     m = s.get("measured_at") or live
     capped = (f"measured at {m} live, 90% of the descriptors the daemon had left (running out crashes it "
-              "today), then the ramp went on") if s.get("capped_at") else None
+              "today); a second ramp went on to the target") if s.get("capped_at") else None
     for name, what in (("create", "cold create p50"), ("exec_roundtrip", "exec round trip p50")):
         at_n, zero = s.get(f"{name}_n_p50_ms"), s.get(f"{name}_0_p50_ms")
         if at_n is not None:

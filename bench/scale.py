@@ -243,8 +243,9 @@ def scale(d, n, runs, body, clients=8, hooks=None, settle_s=2.0, step=500):
 
     The latencies at N are measured at n live, or short of the descriptor limit (90% of
     what the daemon has left, from what a session cost so far: running out crashes
-    today's daemon); then the ramp goes on to n, so the figure also says how far the
-    daemon gets and what stops it."""
+    today's daemon), and those sessions deleted (timed); when that was short of n, a
+    second ramp from none goes on to n, so the figure also says how far the daemon gets
+    and what stops it."""
     hooks = dict(hooks or {})
     c = KeepAlive(d.socket)
     pid = d.proc.pid
@@ -253,8 +254,21 @@ def scale(d, n, runs, body, clients=8, hooks=None, settle_s=2.0, step=500):
     ids, probe_sid = [], None
     state = {"ramp_s": 0.0}
 
+    def delete_all():
+        """Deletes every live session at `clients` clients: the timed figure."""
+        nonlocal probe_sid
+        everything = ids + ([probe_sid] if probe_sid else [])
+        seconds, error = delete_many(d.socket, everything, clients)
+        fig["deleted"] = len(everything)
+        fig["delete_all_s"] = seconds
+        fig["delete_error"] = error
+        time.sleep(1)
+        fig["leftovers_after_delete"] = leftovers(d, d_session_ids(d))
+        ids.clear()
+        probe_sid = None
+
     def ramp_to(live):
-        want = live - 1 - len(ids)  # the probe session is live too
+        want = live - len(ids) - (1 if probe_sid else 0)  # the probe session is live too
         if want <= 0:
             return None
         got, seconds, error = create_many(d.socket, want, body, clients)
@@ -307,26 +321,29 @@ def scale(d, n, runs, body, clients=8, hooks=None, settle_s=2.0, step=500):
             fig["create_n_ms"] = cold_create(c, body, runs)["samples_ms"]
         except RuntimeError as exc:
             fig["create_n_error"] = str(exc)
-        if not error and len(ids) + 1 < n:
-            error = ramp_to(n)  # on to the target, or to whatever stops the daemon first
-        fig["reached"] = len(ids) + 1
+        reached = len(ids) + 1
+        delete_all()
+        if not error and reached < n:
+            # Then from none again on to the target, or to whatever stops the daemon first.
+            error = ramp_to(n)
+            reached = len(ids)
+            time.sleep(settle_s)
+            if daemon_error(d):
+                fig["error"] = daemon_error(d)
+        fig["reached"] = reached
         fig["stopped_by"] = error
-        time.sleep(settle_s)
-        if daemon_error(d):
-            fig["error"] = daemon_error(d)
     except (OSError, RuntimeError) as exc:
         fig["error"] = daemon_error(d) or f"{type(exc).__name__}: {exc}"
         fig.setdefault("reached", len(ids) + 1)
     finally:
         fig["ramp_create_per_s"] = len(ids) / state["ramp_s"] if state["ramp_s"] else None
-        if not exited(d):
-            everything = ids + ([probe_sid] if probe_sid else [])
-            seconds, error = delete_many(d.socket, everything, clients)
-            fig["deleted"] = len(everything)
-            fig["delete_all_s"] = seconds
-            fig["delete_error"] = error
-            time.sleep(1)
-            fig["leftovers_after_delete"] = leftovers(d, d_session_ids(d))
+        if not exited(d) and (ids or probe_sid):
+            if "delete_all_s" in fig:  # the second ramp's sessions: deleted, not timed again
+                delete_many(d.socket, ids + ([probe_sid] if probe_sid else []), clients)
+                time.sleep(1)
+                fig["leftovers_after_delete"] = leftovers(d, d_session_ids(d))
+            else:
+                delete_all()
         c.close()
     return fig
 
