@@ -175,9 +175,11 @@ def scale_figures(s, n):
         if left:
             count = sum(v for k, v in left.items() if k != "none")
             detail = ", ".join(f"{k} {v}" for k, v in left.items() if k != "none")
-            if when == "after_stop" and s.get("leftovers_at_stop"):
-                detail += (f" ({s['leftovers_at_stop']} right at the stop, released by the kernel within "
-                           f"{s['leftovers_released_s']:.0f} s)")
+            if when == "after_stop" and s.get("leftovers_at_stop", {}).get("loop_devices"):
+                detail += (f" (loop devices {s['leftovers_at_stop']['loop_devices']} right at the stop; waited "
+                           f"{s['leftovers_released_s']:.0f} s for the kernel to let go of them)")
+            if count and s.get("daemon_log"):
+                detail += f"; the daemon's log: {s['daemon_log']}"
             figs.append(figure("g", f"left behind {when.replace('_', ' ')}",
                                "cgroups, loop devices, mounts, uid slot locks, processes of this daemon", 1, count,
                                "items", 0, note=detail))
@@ -347,7 +349,8 @@ def main():
                          hooks={a.loaded: hook})
     finally:
         step("(g) stopping the daemon")
-        sbench.finish(d, g)
+        os.makedirs(a.out, exist_ok=True)
+        sbench.finish(d, g, keep_log=os.path.join(a.out, "scale-daemon.log"))
     raw["scale"] = g
     s = sbench.summarize(g)
     b = g.get("hooks", {}).get(str(a.loaded))

@@ -23,6 +23,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import subprocess
 import time
 
@@ -354,7 +355,7 @@ def d_session_ids(d):
     return ownership.own_session_ids()
 
 
-def finish(d, fig, ids_hint=(), release_s=180):
+def finish(d, fig, ids_hint=(), release_s=180, keep_log=None):
     """Stops `d` and records what is left after the stop. A daemon that died is waited
     for and started once more on its state dir, so its recovery removes what its
     sessions left (cgroups, loop devices), before the state dir goes."""
@@ -386,16 +387,21 @@ def finish(d, fig, ids_hint=(), release_s=180):
     d.stop()
     # The kernel lets go of loop devices whose last holder was a dead sandbox's mount
     # namespace in the background (a minute for 1,500 after a crash here): wait for it,
-    # and say what was there at first and how long it took.
+    # and say what was there at first and how long it took. keep_log: where to copy the
+    # daemon's log before its directory goes.
     t0 = time.monotonic()
     left = first = leftovers(d, ids)
-    while not left["none"] and time.monotonic() - t0 < release_s:
+    while left["loop_devices"] and time.monotonic() - t0 < release_s:
         time.sleep(1)
         left = leftovers(d, ids)
     if not first["none"]:
         fig["leftovers_at_stop"] = first
         fig["leftovers_released_s"] = time.monotonic() - t0
     fig["leftovers_after_stop"] = left
+    if keep_log:
+        d.log.flush()
+        shutil.copyfile(d.log.name, keep_log)
+        fig["daemon_log"] = keep_log
     d.close()
 
 
@@ -405,7 +411,7 @@ def summarize(fig):
                                    "ramp_create_per_s",
                                    "delete_all_s", "deleted", "delete_error", "leftovers_after_delete",
                                    "leftovers_after_crash", "leftovers_at_stop", "leftovers_released_s",
-                                   "leftovers_after_stop", "error", "crashed",
+                                   "leftovers_after_stop", "daemon_log", "error", "crashed",
                                    "crashed_exit_s", "recovery_s", "create_n_error", "create_n_note")}
     # The costs at the end, or at the last stage before the daemon died.
     c = fig.get("costs") or {}
@@ -433,12 +439,13 @@ def main():
     a = ap.parse_args()
     Daemon = harness.daemon_util(a.cela).Daemon
     d = Daemon(harness.many_sessions_config(a.sessions)).start()
+    os.makedirs(os.path.dirname(a.json) or ".", exist_ok=True)
     fig = {}
     try:
         body = session_body(a.template, **({"disk": {"kind": a.disk}} if a.disk else {}))
         fig = scale(d, a.sessions, a.runs, body, a.clients)
     finally:
-        finish(d, fig)
+        finish(d, fig, keep_log=os.path.splitext(a.json)[0] + "-daemon.log")
     s = summarize(fig)
     for k, v in s.items():
         print(f"{k:<34} {v}")
