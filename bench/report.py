@@ -175,7 +175,7 @@ def scale_figures(s, n):
         if left:
             count = sum(v for k, v in left.items() if k != "none")
             detail = ", ".join(f"{k} {v}" for k, v in left.items() if k != "none")
-            if when == "after_stop" and s.get("leftovers_at_stop", {}).get("loop_devices"):
+            if when == "after_stop" and (s.get("leftovers_at_stop") or {}).get("loop_devices"):
                 detail += (f" (loop devices {s['leftovers_at_stop']['loop_devices']} right at the stop; waited "
                            f"{s['leftovers_released_s']:.0f} s for the kernel to let go of them)")
             if count and s.get("daemon_log"):
@@ -352,6 +352,8 @@ def main():
         os.makedirs(a.out, exist_ok=True)
         sbench.finish(d, g, keep_log=os.path.join(a.out, "scale-daemon.log"))
     raw["scale"] = g
+    with open(os.path.join(a.out, "raw.json"), "w") as fh:  # the samples, should the rendering fail
+        json.dump(raw, fh)
     s = sbench.summarize(g)
     b = g.get("hooks", {}).get(str(a.loaded))
     if b:

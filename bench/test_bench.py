@@ -124,3 +124,18 @@ def test_met_column_follows_the_target_direction_and_ratio():
                                    "mem_total_mib": 1, "seconds": 1.0, "load_1min": [0.5, 0.7]}, "figures": rows})
     assert "| c | round trip | `POST a\\|b` | 3 | 2.00 ms |" in md and "**no**" in md
     assert "skipped: not installed" in md
+
+
+def test_g_rows_render_from_a_run_that_measured_nothing_or_everything():
+    assert report.scale_figures(scale.summarize({}), 10)[0]["value"] is None
+    full = {"runs": 3, "reached": 10, "measured_at": 10, "target_sessions": 10, "deleted": 10, "delete_all_s": 1.0,
+            "exec_roundtrip_0_ms": [1.0, 2.0], "exec_roundtrip_n_ms": [2.0, 3.0], "create_0_ms": [4.0],
+            "create_n_ms": [5.0], "costs": {"live": 10, "memory_per_session_bytes": 2 ** 20, "daemon_rss_bytes": 2 ** 26,
+                                             "daemon_fds_per_session": 3.0, "cgroup_memory_per_session_bytes": 1.0,
+                                             "daemon_fds_per_session_by_kind": {"socket": 2.0}},
+            "leftovers_after_delete": {"cgroups": 0, "none": True}, "leftovers_after_stop": {"cgroups": 1, "none": False},
+            "daemon_log": "/tmp/x.log"}
+    rows = {r["what"]: r for r in report.scale_figures(scale.summarize(full), 10)}
+    assert rows["exec round trip p50 at 10 live"]["ratio"] == 2.5 / 1.5
+    assert rows["memory per idle session"]["value"] == 1.0
+    assert rows["left behind after stop"]["met"] is False and "/tmp/x.log" in rows["left behind after stop"]["note"]
