@@ -338,7 +338,13 @@ def main():
     except (OSError, RuntimeError) as exc:
         figs.append(skipped("c-f", "daemon figures", "cela serve", f"{type(exc).__name__}: {exc}"))
     finally:
-        d.close()
+        cf = {}
+        sbench.finish(d, cf)
+        raw["daemon_cf_leftovers"] = cf
+        if not cf["leftovers_after_stop"]["none"]:
+            figs.append(figure("f", "left behind by the (c)-(f) daemon", "its sessions' cgroups, loop devices, ...", 1,
+                               sum(v for k, v in cf["leftovers_after_stop"].items() if k != "none"), "items", 0,
+                               note=str(cf["leftovers_after_stop"])))
 
     step(f"(g) {a.sessions} live sessions, (b) at {a.loaded}")
     d = Daemon(harness.many_sessions_config(a.sessions)).start()
