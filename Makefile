@@ -5,14 +5,16 @@ BUILD_DIR ?= build
 BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
 
-# Debian packages the build, the tests and the benchmarks need.
+# Debian packages the build, the tests and the benchmarks need. python3-munkres lets apt
+# satisfy python3-fonttools (a matplotlib dependency) without python3-scipy, which pulls
+# boost 1.74, a conflict with libboost1.81-dev.
 DEB_PACKAGES := build-essential cmake pkg-config \
   libboost1.81-dev libboost-json1.81-dev libseccomp-dev libssl-dev \
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libsqlite3-dev libarchive-dev zlib1g-dev \
   python3 python3-pytest python3-prometheus-client python3-websockets debootstrap bubblewrap ca-certificates \
-  nodejs umoci tmux
+  nodejs umoci tmux python3-munkres python3-matplotlib
 
-.PHONY: deps openapi-deps e2b-deps build test unit serve bench base-template code-interpreter-template format clean
+.PHONY: deps openapi-deps e2b-deps build test unit serve bench bench-extra base-template code-interpreter-template format clean
 
 # npm: Debian's package unless an npm is already there (a nodejs package that bundles
 # its own npm conflicts with Debian's).
@@ -64,11 +66,17 @@ unit: build openapi-deps
 serve: build base-template
 	$(BUILD_DIR)/cela serve
 
-bench: build
-	/usr/bin/python3 bench/spawn.py --cela $(BUILD_DIR)/cela
-	/usr/bin/python3 bench/daemon.py --cela $(BUILD_DIR)/cela
+# Issue 13's figures in one run: bench/out/report.json, report.md and report.png
+# (docs/development.md "Benchmarks"). BENCH_ARGS='--quick' or e.g. '--sessions 1000
+# --runs 50' for a shorter run. bench-extra: the benchmarks of other areas.
+bench: build base-template
+	/usr/bin/python3 bench/report.py --cela $(BUILD_DIR)/cela $(BENCH_ARGS)
+
+bench-extra: build base-template
 	/usr/bin/python3 bench/ws.py --cela $(BUILD_DIR)/cela
 	/usr/bin/python3 bench/redaction.py --bench $(BUILD_DIR)/bench/cela_redaction_bench
+	/usr/bin/python3 bench/storage.py --cela $(BUILD_DIR)/cela
+	/usr/bin/python3 bench/lifecycle.py --cela $(BUILD_DIR)/cela
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
