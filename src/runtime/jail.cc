@@ -40,6 +40,17 @@ using Descriptor = asio::posix::stream_descriptor;
 // Sandboxes of one backend that hold a spare exec cgroup at once (JailInstance).
 constexpr int kMaxSpares = 256;
 
+// An Asio watch on a descriptor someone else owns (the sandbox's control socket,
+// pidfd and execve listener): it never closes the descriptor, so watching costs no
+// duplicate (three descriptors per idle session) and cannot fail for want of one.
+struct ReleaseOnly {
+  void operator()(Descriptor* d) const {
+    if (d->is_open()) d->release();
+    delete d;
+  }
+};
+using Watch = std::unique_ptr<Descriptor, ReleaseOnly>;
+
 // One exec of a jail: its cgroup, stdin writer and the two output readers.
 class JailExec final : public Exec {
  public:
@@ -283,11 +294,11 @@ class JailInstance final : public Instance {
   void attach(asio::io_context& reactor, std::function<void(std::string)> on_died) override {
     reactor_ = &reactor;
     on_died_ = std::move(on_died);
-    control_ = std::make_unique<Descriptor>(reactor, ::fcntl(sandbox_->control_fd(), F_DUPFD_CLOEXEC, 3));
-    pidfd_ = std::make_unique<Descriptor>(reactor, ::fcntl(sandbox_->pidfd(), F_DUPFD_CLOEXEC, 3));
+    control_ = Watch(new Descriptor(reactor, sandbox_->control_fd()));
+    pidfd_ = Watch(new Descriptor(reactor, sandbox_->pidfd()));
     arm_control();
     if (sandbox_->exec_notify_fd() >= 0) {
-      notify_ = std::make_unique<Descriptor>(reactor, ::fcntl(sandbox_->exec_notify_fd(), F_DUPFD_CLOEXEC, 3));
+      notify_ = Watch(new Descriptor(reactor, sandbox_->exec_notify_fd()));
       arm_notify();
     }
     pidfd_->async_wait(Descriptor::wait_read, [this, alive = alive_](boost::system::error_code ec) {
@@ -701,7 +712,7 @@ class JailInstance final : public Instance {
   std::shared_ptr<DiskMeter> meter_;
   asio::io_context* reactor_ = nullptr;
   std::function<void(std::string)> on_died_;
-  std::unique_ptr<Descriptor> control_, pidfd_, notify_;
+  Watch control_, pidfd_, notify_;  // released before sandbox_ closes them (destroy, died)
   std::function<void(const ProcessEvent&)> on_process_;
   std::map<uint64_t, Entry> execs_;
   uint64_t next_id_ = 1;

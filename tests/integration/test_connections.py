@@ -385,6 +385,23 @@ def test_at_the_descriptor_limit_answers_are_structured_and_the_daemon_recovers(
     daemon.delete(sid)
 
 
+def test_an_idle_session_costs_the_daemon_at_most_ten_descriptors(daemon_factory):
+    # The daemon's descriptor table bounds how many sessions one host holds (20,000 here
+    # is about 2,000 sessions): the sandbox's control socket, pidfd and execve listener
+    # are watched where they are, never through duplicates (13 per session before).
+    daemon = daemon_factory()
+    pid = daemon.proc.pid
+    first = daemon.session()  # the daemon's one-time descriptors (image, store, pools) come first
+    time.sleep(0.5)
+    before = len(open_fds(pid))
+    ids = [daemon.session() for _ in range(10)]
+    time.sleep(0.5)
+    per_session = (len(open_fds(pid)) - before) / len(ids)
+    assert per_session <= 10, f"{per_session} daemon descriptors per idle session"
+    for sid in ids + [first]:
+        daemon.delete(sid)
+
+
 def test_an_exec_never_gets_more_descriptors_than_the_daemon_holds(daemon_factory):
     daemon = daemon_factory(nofile=(1024, 1024))
     sid = daemon.session()
