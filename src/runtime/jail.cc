@@ -531,6 +531,9 @@ class JailInstance final : public Instance {
       if (!*alive) return;
       tidy_posted_ = false;
       if (destroyed_) return;
+      // No cgroup made or removed while the session freezes or stays frozen: a
+      // freezer settling must see a still tree. The thaw tidies (finish_freeze).
+      if (freeze_done_ || frozen_) return;
       for (auto& cg : std::exchange(retired_, {}))
         if (auto r = cg->destroy(); !r)
           std::fprintf(stderr, "cela: remove cgroup %s: %s\n", cg->name().c_str(), r.error().message().c_str());
@@ -556,6 +559,7 @@ class JailInstance final : public Instance {
   void finish_freeze(Result<void> r) {
     freeze_timer_.reset();
     if (freeze_done_) post_answer(std::exchange(freeze_done_, nullptr), std::move(r));
+    if (!frozen_ && !destroyed_ && (want_spare_ || !retired_.empty())) tidy_later();
   }
 
   // Reads the freezer's state; until it reports `frozen`, again after `wait` (doubled

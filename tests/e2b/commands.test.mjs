@@ -190,7 +190,8 @@ test('pty: create, sendInput, resize', async () => {
   await sbx.pty.resize(pty.pid, { cols: 100, rows: 40 })
   await sbx.pty.sendInput(pty.pid, enc.encode('stty size; tty\n'))
   await until('the new size', async () => out.includes('40 100'))
-  assert.match(out, /\/dev\/pts\/\d+/)
+  // `tty` answers after `stty size`: its line may come in a later chunk.
+  await until('the tty name', async () => /\/dev\/pts\/\d+/.test(out))
   await sbx.pty.sendInput(pty.pid, enc.encode('exit 0\n'))
   const result = await pty.wait()
   assert.equal(result.exitCode, 0)
