@@ -66,7 +66,7 @@ unit: build openapi-deps
 serve: build base-template
 	$(BUILD_DIR)/cela serve
 
-# Issue 13's figures in one run: bench/out/report.json, report.md and report.png
+# Every performance figure in one run, beside bubblewrap and runc: bench/out/report.json, report.md and report.png
 # (docs/development.md "Benchmarks"). BENCH_ARGS='--quick' or e.g. '--sessions 1000
 # --runs 50' for a shorter run. bench-extra: the benchmarks of other areas.
 bench: build base-template
