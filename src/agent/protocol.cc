@@ -94,7 +94,10 @@ Result<Message> recv_message(int sock, bool keep_short_fds) {
   if (n == 0) return fail(ErrorCode::not_found, "eof");
   if (msg.msg_flags & MSG_TRUNC) return fail(ErrorCode::limit, "control message truncated");
   if (msg.msg_flags & MSG_CTRUNC) {
-    if (!keep_short_fds) return fail(ErrorCode::limit, "control message truncated");
+    // The buffer holds kMaxMessageFds: what the kernel dropped, it had no descriptor
+    // for in this process (RLIMIT_NOFILE). Retryable, like any other descriptor shortage.
+    if (!keep_short_fds)
+      return fail(ErrorCode::capacity_exceeded, "control message truncated: out of file descriptors");
     out.fds_truncated = true;
   }
   buf.resize(static_cast<size_t>(n));
