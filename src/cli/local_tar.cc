@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/fd.h"
+#include "common/fs.h"
 #include "session/tar.h"
 
 namespace cela::cli {
@@ -100,11 +101,7 @@ Result<std::vector<std::string>> components(std::string_view name) {
   if (name.empty()) return refuse(name, "empty name");
   if (name.front() == '/') return refuse(name, "absolute name");
   std::vector<std::string> out;
-  for (size_t pos = 0; pos <= name.size();) {
-    size_t end = std::min(name.find('/', pos), name.size());
-    std::string_view c = name.substr(pos, end - pos);
-    pos = end + 1;
-    if (c.empty() || c == ".") continue;
+  for (std::string_view c : path_components(name)) {
     if (c == "..") return refuse(name, "'..' in the name");
     out.emplace_back(c);
   }

@@ -70,4 +70,16 @@ Result<void> make_dirs(const std::string& path, unsigned mode) {
   return {};
 }
 
+std::vector<std::string_view> path_components(std::string_view path) {
+  std::vector<std::string_view> out;
+  for (size_t pos = 0; pos <= path.size();) {
+    size_t end = path.find('/', pos);
+    if (end == std::string_view::npos) end = path.size();
+    std::string_view c = path.substr(pos, end - pos);
+    if (!c.empty() && c != ".") out.push_back(c);
+    pos = end + 1;
+  }
+  return out;
+}
+
 }  // namespace cela

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/error.h"
 
@@ -22,5 +24,8 @@ Result<uint64_t> parse_u64(std::string_view text, const std::string& path);
 // Creates `path` with `mode` and missing parents with 0755; existing ones are kept as
 // they are.
 Result<void> make_dirs(const std::string& path, unsigned mode = 0755);
+// The components of a path, in order, split at '/': "" and "." dropped, ".." kept
+// (lexical only; the views point into `path`).
+std::vector<std::string_view> path_components(std::string_view path);
 
 }  // namespace cela

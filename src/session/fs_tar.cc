@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/fs.h"
 #include "session/fs_internal.h"
 #include "session/session_fs.h"
 #include "session/tar.h"
@@ -228,12 +229,7 @@ Result<std::vector<std::string>> name_components(std::string_view name, std::str
     return refuse(entry, std::string(role) + " longer than 4096 bytes");
   if (name.front() == '/') return refuse(entry, std::string(role) + " is an absolute path");
   std::vector<std::string> comps;
-  for (size_t pos = 0; pos <= name.size();) {
-    size_t end = name.find('/', pos);
-    if (end == std::string_view::npos) end = name.size();
-    std::string_view comp = name.substr(pos, end - pos);
-    pos = end + 1;
-    if (comp.empty() || comp == ".") continue;
+  for (std::string_view comp : path_components(name)) {
     if (comp == "..") return refuse(entry, std::string(role) + " has a '..' component");
     comps.emplace_back(comp);
   }
@@ -245,17 +241,9 @@ Result<std::vector<std::string>> name_components(std::string_view name, std::str
 // the import never follows a symlink, and every later API call resolves in the root.
 bool leaves_dir(size_t depth, std::string_view target) {
   long level = static_cast<long>(depth);
-  for (size_t pos = 0; pos <= target.size();) {
-    size_t end = target.find('/', pos);
-    if (end == std::string_view::npos) end = target.size();
-    std::string_view comp = target.substr(pos, end - pos);
-    pos = end + 1;
-    if (comp.empty() || comp == ".") continue;
-    if (comp == "..") {
-      if (--level < 0) return true;
-    } else {
-      ++level;
-    }
+  for (std::string_view comp : path_components(target)) {
+    if (comp != "..") ++level;
+    else if (--level < 0) return true;
   }
   return false;
 }

@@ -15,6 +15,7 @@
 #include <functional>
 #include <utility>
 
+#include "common/fs.h"
 #include "session/fs_internal.h"
 
 namespace cela::session {
@@ -73,13 +74,7 @@ FileInfo info_from(const struct stat& st, std::string name, std::string path) {
 // The components of a path, in order ("" and "." dropped; ".." kept).
 std::deque<std::string> components(std::string_view path) {
   std::deque<std::string> out;
-  for (size_t pos = 0; pos <= path.size();) {
-    size_t end = path.find('/', pos);
-    if (end == std::string_view::npos) end = path.size();
-    std::string_view c = path.substr(pos, end - pos);
-    if (!c.empty() && c != ".") out.emplace_back(c);
-    pos = end + 1;
-  }
+  for (std::string_view c : path_components(path)) out.emplace_back(c);
   return out;
 }
 

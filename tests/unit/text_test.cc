@@ -5,13 +5,25 @@
 
 #include <boost/json.hpp>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "common/encoding.h"
+#include "common/fs.h"
 #include "common/json_text.h"
 #include "common/terminal_text.h"
 
 using namespace cela;
 namespace json = boost::json;
+
+TEST(PathComponents, DropEmptyAndDotKeepDotDot) {
+  using V = std::vector<std::string_view>;
+  EXPECT_EQ(cela::path_components("/a//b/./c/"), (V{"a", "b", "c"}));
+  EXPECT_EQ(cela::path_components("../x/.."), (V{"..", "x", ".."}));
+  EXPECT_EQ(cela::path_components(""), V{});
+  EXPECT_EQ(cela::path_components("/"), V{});
+  EXPECT_EQ(cela::path_components("."), V{});
+}
 
 TEST(Utf8, SequenceAtTellsWholeBadAndCut) {
   EXPECT_EQ(utf8_sequence_at("a", 0), 1);

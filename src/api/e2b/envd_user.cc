@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "common/encoding.h"
+#include "common/fs.h"
 
 namespace cela::api::e2b {
 
@@ -45,17 +46,9 @@ ApiResult<std::string> envd_path(std::string_view path, std::string_view home) {
   // Relative to the home, cleaned as a path join does.
   std::vector<std::string_view> parts;
   auto push = [&](std::string_view p) {
-    for (size_t pos = 0; pos <= p.size();) {
-      size_t end = p.find('/', pos);
-      if (end == std::string_view::npos) end = p.size();
-      std::string_view c = p.substr(pos, end - pos);
-      pos = end + 1;
-      if (c.empty() || c == ".") continue;
-      if (c == "..") {
-        if (!parts.empty()) parts.pop_back();
-        continue;
-      }
-      parts.push_back(c);
+    for (std::string_view c : path_components(p)) {
+      if (c != "..") parts.push_back(c);
+      else if (!parts.empty()) parts.pop_back();
     }
   };
   push(home);
