@@ -14,6 +14,10 @@ namespace cela::jail {
 Result<std::optional<UidSlot>> UidSlot::try_acquire(uint32_t index, const std::string& lock_dir) {
   if (index >= kMaxSlots) return fail(ErrorCode::invalid_argument, "no slot " + std::to_string(index));
   if (auto r = make_dirs(lock_dir, 0700); !r) return std::unexpected(r.error());
+  return claim(index, lock_dir);
+}
+
+Result<std::optional<UidSlot>> UidSlot::claim(uint32_t index, const std::string& lock_dir) {
   std::string path = lock_dir + "/" + std::to_string(index) + ".lock";
   UniqueFd fd(::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
   if (!fd) return sys_fail("open " + path);
@@ -34,8 +38,9 @@ Result<UidSlot> UidSlot::acquire(const std::string& lock_dir, uint32_t max_slots
   if (::getrandom(&first, sizeof first, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof first))
     first = static_cast<uint32_t>(::getpid()) * 2654435761u;
   first %= max_slots;
+  if (auto r = make_dirs(lock_dir, 0700); !r) return std::unexpected(r.error());  // once, not per probe
   for (uint32_t n = 0; n < max_slots; ++n) {
-    auto slot = try_acquire((first + n) % max_slots, lock_dir);
+    auto slot = claim((first + n) % max_slots, lock_dir);
     if (!slot) return std::unexpected(slot.error());
     if (*slot) return std::move(**slot);
   }

@@ -41,6 +41,8 @@ class UidSlot {
   uint32_t host_base() const { return kUidBase + index_ * kIdsPerSlot; }
 
  private:
+  // try_acquire without making `lock_dir`: the caller has.
+  static Result<std::optional<UidSlot>> claim(uint32_t index, const std::string& lock_dir);
   UidSlot(uint32_t index, UniqueFd lock) : index_(index), lock_(std::move(lock)) {}
   uint32_t index_;
   UniqueFd lock_;
