@@ -78,7 +78,7 @@ int set_capabilities(const std::vector<int>& keep) {
     data[i].permitted = word;
     // Inheritable stays empty: nothing may cross execve through file-inheritable or
     // ambient capabilities, and the kernel would refuse (EPERM) an inheritable bit
-    // outside the bounding set, e.g. CAP_SYS_ADMIN kept only to load seccomp.
+    // outside the bounding set.
     data[i].inheritable = 0;
   }
   if (::syscall(SYS_capset, &header, data) != 0) return errno;

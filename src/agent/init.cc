@@ -23,7 +23,6 @@
 #include <cstring>
 #include <map>
 
-#include "agent/exec_notify.h"
 #include "agent/protocol.h"
 #include "agent/rootfs.h"
 #include "agent/spawn.h"
@@ -163,7 +162,7 @@ class Init {
                                  {{"id", id}, {"step", to_string(ExecStep::request)}, {"errno", EINVAL}}));
       return;
     }
-    auto spawned = spawn_exec(*req, *config_.seccomp, cgroup_fds);
+    auto spawned = spawn_exec(*req, cgroup_fds);
     if (!spawned) {
       (void)send_message(config_.control_fd,
                          message(MessageType::exec_error, {{"id", req->id},
@@ -260,18 +259,22 @@ void run_init(const InitConfig& config) {
   close_except(3, low - 1);
   close_except(low + 1, high - 1);
   close_except(high + 1, ~0U);
-  // Installed last, so none of init's own setup is watched; every exec forks from
-  // here and inherits it. Init keeps no copy of the listener: only the host answers.
-  // ready carries the execve listener first, then the door.
-  UniqueFd exec_listener;
-  if (config.exec_notify) {
-    auto listener = install_exec_notify_filter();
-    if (!listener) setup_failed(config.control_fd, listener.error());
-    exec_listener = std::move(*listener);
-    ready_fds.insert(ready_fds.begin(), exec_listener.get());
+  // The policy, installed on init itself once its setup (mounts, namespaces, the
+  // door) is done: every exec forks from here under it, so none loads a filter of its
+  // own, and init keeps to the same table (it needs nothing the table denies). With a
+  // watch, its listener goes to the host with ready, first, then the door; init keeps
+  // no copy of it: only the host answers.
+  UniqueFd listener;
+  if (config.listener) {
+    auto installed = install_seccomp_with_listener(*config.seccomp);
+    if (!installed) setup_failed(config.control_fd, installed.error());
+    listener = std::move(*installed);
+    ready_fds.insert(ready_fds.begin(), listener.get());
+  } else if (int err = install_seccomp(*config.seccomp)) {
+    setup_failed(config.control_fd, Error{ErrorCode::system, err, "install the seccomp policy"});
   }
   if (auto r = send_message(config.control_fd, message(MessageType::ready), ready_fds); !r) ::_exit(1);
-  exec_listener.reset();
+  listener.reset();
   door.reset();
   Init(config, signal_fd).serve();
 }
@@ -298,7 +301,7 @@ void run_init_reexec(int control_fd) {
     config.rootfs.pty_max = msg->body.at("pty_max").to_number<uint32_t>();
     if (auto* port = msg->body.if_contains("door_port")) config.door_port = port->to_number<uint16_t>();
     config.seccomp = &seccomp;
-    if (auto* n = msg->body.if_contains("exec_notify"); n && n->is_bool()) config.exec_notify = n->as_bool();
+    if (auto* n = msg->body.if_contains("listener"); n && n->is_bool()) config.listener = n->as_bool();
   } catch (const std::exception& e) {
     setup_failed(control_fd, Error{ErrorCode::internal, 0, std::string("bad config message: ") + e.what()});
   }

@@ -22,9 +22,9 @@ struct InitConfig {
   std::string hostname;
   RootfsSpec rootfs;
   const SeccompProgram* seccomp = nullptr;  // compiled by the host side before clone
-  // Watch every execve/execveat of the sandbox (agent/exec_notify.h): the listener
-  // goes to the host with `ready`.
-  bool exec_notify = false;
+  // The program carries a watch (jail/seccomp.h SeccompWatch): init installs it with a
+  // listener, which goes to the host with `ready`.
+  bool listener = false;
   // The egress door (0 = none): init listens on 127.0.0.1:door_port inside the
   // session's network namespace and hands the listening socket to the host with
   // `ready`; the host's egress proxy accepts on it (net/egress_proxy.h). Init never

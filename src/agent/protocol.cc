@@ -13,7 +13,7 @@ constexpr std::string_view kTypeNames[] = {"config", "maps",        "rootfs",  "
                                            "ready",  "setup_error", "started", "exec_error", "exited", "open_socket",
                                            "socket", "unknown"};
 constexpr std::string_view kStepNames[] = {"request", "pipe",    "join cgroup",  "oom score", "setsid",  "stdio",
-                                           "rlimit", "capabilities", "set ids", "chdir", "no_new_privs", "seccomp",
+                                           "rlimit", "capabilities", "set ids", "chdir", "no_new_privs",
                                            "execve", "pty", "unknown"};
 }  // namespace
 

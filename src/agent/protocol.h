@@ -4,8 +4,9 @@
 // boundaries come from the kernel. Each message is a JSON object with a "type";
 // file descriptors travel alongside with SCM_RIGHTS (the exec's stdio pipe ends).
 //
-// host -> init:  config {hostname, shm_bytes, pty_max, exec_notify?, door_port}  first, with the
-//                                          seccomp program (memfd)
+// host -> init:  config {hostname, shm_bytes, pty_max, listener?, door_port}  first, with the
+//                                          seccomp program (memfd), which init installs on
+//                                          itself before ready (with a listener: listener)
 //                maps {} + fds             id maps written: join the cgroups (fds),
 //                                          become ns root, set up namespaces
 //                rootfs {binds} + fds      the overlay and bind mounts to enter
@@ -21,7 +22,7 @@
 //                                          (the port proxy: the host connects it to a port
 //                                          on the sandbox's loopback)
 // init -> host:  ready {} [+ fds]          root is assembled, execs can start; with
-//                                          exec_notify, the execve listener (exec_notify.h),
+//                                          listener, the policy's listener (jail/exec_notify.h),
 //                                          then with a door_port the door's listening socket
 //                setup_error {step, errno} setup failed; init exits
 //                started {id, pid} + fds [stdin write end, stdout read, stderr read]
@@ -62,7 +63,7 @@ MessageType message_type(std::string_view name);
 
 // The steps an exec can fail at before its execve succeeds, shared by both ends (the
 // host words the failure from the step: ENOENT at execve is "command not found").
-enum class ExecStep { request, pipe, cgroup, oom_score, setsid, stdio, rlimit, caps, ids, chdir, no_new_privs, seccomp,
+enum class ExecStep { request, pipe, cgroup, oom_score, setsid, stdio, rlimit, caps, ids, chdir, no_new_privs,
                       execve, pty, unknown };
 std::string_view to_string(ExecStep step);
 ExecStep exec_step(std::string_view name);

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -54,15 +55,32 @@ Result<SeccompProgram> read_seccomp_program(int fd) {
   return seccomp_program_from_bytes(bytes);
 }
 
-int install_seccomp(const SeccompProgram& program) {
+namespace {
+
+// The kernel copies the program; it never writes through the pointer.
+bool as_fprog(const SeccompProgram& program, sock_fprog& prog) {
   const size_t count = program.instructions.size();
-  if (count == 0 || count > BPF_MAXINSNS) return EINVAL;
-  sock_fprog prog{};
+  if (count == 0 || count > BPF_MAXINSNS) return false;
   prog.len = static_cast<unsigned short>(count);
-  // The kernel copies the program; it never writes through this pointer.
   prog.filter = const_cast<sock_filter*>(program.instructions.data());
+  return true;
+}
+
+}  // namespace
+
+int install_seccomp(const SeccompProgram& program) {
+  sock_fprog prog{};
+  if (!as_fprog(program, prog)) return EINVAL;
   if (::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) != 0) return errno;
   return 0;
+}
+
+Result<UniqueFd> install_seccomp_with_listener(const SeccompProgram& program) {
+  sock_fprog prog{};
+  if (!as_fprog(program, prog)) return fail(ErrorCode::internal, "an empty or oversized seccomp program");
+  long fd = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+  if (fd < 0) return sys_fail("install the seccomp policy with its listener");
+  return UniqueFd(static_cast<int>(fd));
 }
 
 }  // namespace cela::agent

@@ -1,5 +1,5 @@
 // A compiled seccomp program as the sandbox side sees it: classic BPF instructions,
-// installed by the exec child just before execve. The policy and its compilation
+// installed by init on itself once its setup is done, so every exec forks under it. The policy and its compilation
 // live on the host side (jail/seccomp.h); the program reaches a re-executed init as a
 // sealed memfd in its config message, so init never compiles or reads host files.
 #pragma once
@@ -31,5 +31,10 @@ Result<SeccompProgram> read_seccomp_program(int fd);
 // Async-signal-safe. Requires no_new_privs or CAP_SYS_ADMIN in the current user ns.
 // Returns 0 or an errno.
 int install_seccomp(const SeccompProgram& program);
+
+// The same, returning the filter's user-notification listener (close-on-exec): for a
+// program built with a watch (jail/seccomp.h SeccompWatch), whose notifications only
+// the holder of this fd answers.
+Result<UniqueFd> install_seccomp_with_listener(const SeccompProgram& program);
 
 }  // namespace cela::agent

@@ -33,7 +33,7 @@ constexpr int kStepCgroup = static_cast<int>(ExecStep::cgroup), kStepOom = stati
               kStepStdio = static_cast<int>(ExecStep::stdio), kStepRlimit = static_cast<int>(ExecStep::rlimit),
               kStepCaps = static_cast<int>(ExecStep::caps), kStepIds = static_cast<int>(ExecStep::ids),
               kStepChdir = static_cast<int>(ExecStep::chdir), kStepNoNewPrivs = static_cast<int>(ExecStep::no_new_privs),
-              kStepSeccomp = static_cast<int>(ExecStep::seccomp), kStepExecve = static_cast<int>(ExecStep::execve),
+              kStepExecve = static_cast<int>(ExecStep::execve),
               kStepPty = static_cast<int>(ExecStep::pty);
 
 [[noreturn]] void exec_failed(int report_fd, int step, int err) {
@@ -53,7 +53,6 @@ std::string env_value(const std::vector<std::string>& env, std::string_view key)
 // child does no more than system calls between fork and execve.
 struct PreparedExec {
   const ExecRequest* req = nullptr;
-  const SeccompProgram* seccomp = nullptr;
   std::vector<std::string> candidates;  // execve paths to try, in PATH order
   std::vector<char*> argv, envp;
   std::vector<int> cgroup_fds;  // `tasks`/`cgroup.procs` files of the exec's cgroups
@@ -61,7 +60,6 @@ struct PreparedExec {
   int tty_slave = -1;           // a tty exec's stdio (then `stdio` is unused)
   int report_fd = -1;
   const std::vector<int>* own_caps = nullptr;  // what the exec holds once it runs
-  std::vector<int> loader_caps;                // the same + CAP_SYS_ADMIN, to load seccomp
 };
 
 }  // namespace
@@ -113,18 +111,11 @@ const std::vector<int> kNoCaps;
 // (execve gives root every capability the bounding set still has), any other none.
 const std::vector<int>& own_capabilities(const ExecRequest& req) { return req.uid == 0 ? kept_capabilities() : kNoCaps; }
 
-// The same plus CAP_SYS_ADMIN, which loading seccomp takes without no_new_privs.
-std::vector<int> with_seccomp_loader(const std::vector<int>& caps) {
-  std::vector<int> out = caps;
-  out.push_back(CAP_SYS_ADMIN);
-  return out;
-}
-
 // The exec child: from init's state to the exec's. Order matters: join the exec's
 // cgroups first (before the child does anything), ids after the bounding set (needs
-// CAP_SETPCAP), seccomp last but for dropping the seccomp loader capability; chdir and
-// execve come after that, so the exec's cwd and program are resolved with the exec's
-// own credentials, never with init's (a root exec with init's CAP_SYS_PTRACE could
+// CAP_SETPCAP), then the exec's own capabilities; chdir and execve come after that, so
+// the exec's cwd and program are resolved with the exec's own credentials, never with
+// init's. The seccomp policy is init's own, inherited through fork (init.cc) (a root exec with init's CAP_SYS_PTRACE could
 // chdir into or execute any process's /proc/PID/cwd or exe).
 [[noreturn]] void exec_child(const PreparedExec& p) {
   const ExecRequest& req = *p.req;
@@ -177,25 +168,15 @@ std::vector<int> with_seccomp_loader(const std::vector<int>& caps) {
     exec_failed(report_fd, kStepRlimit, errno);
 
   if (int err = drop_bounding_set()) exec_failed(report_fd, kStepCaps, err);
-  // Keep the permitted set across the uid switch only so seccomp can be loaded
-  // without no_new_privs (allow_sudo); execve of a non-root program clears it.
-  if (req.uid != 0 && ::prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0) exec_failed(report_fd, kStepCaps, errno);
   gid_t gid = req.gid;
   if (::setgroups(1, &gid) != 0 || ::setresgid(req.gid, req.gid, req.gid) != 0 ||
       ::setresuid(req.uid, req.uid, req.uid) != 0)
     exec_failed(report_fd, kStepIds, errno);
-  const std::vector<int>& own = *p.own_caps;
-  if (req.no_new_privs) {
-    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) exec_failed(report_fd, kStepNoNewPrivs, errno);
-    if (int err = set_capabilities(own)) exec_failed(report_fd, kStepCaps, err);
-  } else if (int err = set_capabilities(p.loader_caps)) {
-    exec_failed(report_fd, kStepCaps, err);
-  }
-
-  // From here on only the allowlisted syscalls exist (capset and chdir among them).
-  if (int err = install_seccomp(*p.seccomp)) exec_failed(report_fd, kStepSeccomp, err);
-  if (!req.no_new_privs)
-    if (int err = set_capabilities(own)) exec_failed(report_fd, kStepCaps, err);
+  if (req.no_new_privs && ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+    exec_failed(report_fd, kStepNoNewPrivs, errno);
+  // A non-root uid switch already cleared the permitted set; root keeps the bounding
+  // set's capabilities and nothing else.
+  if (int err = set_capabilities(*p.own_caps)) exec_failed(report_fd, kStepCaps, err);
   if (::chdir(req.cwd.c_str()) != 0) exec_failed(report_fd, kStepChdir, errno);
   int saved = ENOENT;
   for (const auto& candidate : p.candidates) {
@@ -232,7 +213,7 @@ std::expected<Pty, int> open_pty(const ExecRequest& req) {
 
 }  // namespace
 
-std::expected<Spawned, SpawnFailure> spawn_exec(const ExecRequest& req, const SeccompProgram& seccomp,
+std::expected<Spawned, SpawnFailure> spawn_exec(const ExecRequest& req,
                                                 const std::vector<UniqueFd>& cgroup_fds) {
   // Init's ends (for the host) and the child's: three pipes, or a pty whose master
   // serves as stdin and stdout and an empty pipe standing for stderr.
@@ -258,7 +239,6 @@ std::expected<Spawned, SpawnFailure> spawn_exec(const ExecRequest& req, const Se
   }
   PreparedExec prep;
   prep.req = &req;
-  prep.seccomp = &seccomp;
   prep.candidates = exec_candidates(req);
   for (auto& a : req.argv) prep.argv.push_back(const_cast<char*>(a.c_str()));
   prep.argv.push_back(nullptr);
@@ -269,7 +249,6 @@ std::expected<Spawned, SpawnFailure> spawn_exec(const ExecRequest& req, const Se
   prep.tty_slave = slave.get();
   prep.report_fd = report_w.get();
   prep.own_caps = &own_capabilities(req);
-  prep.loader_caps = with_seccomp_loader(*prep.own_caps);
   // A fork, not CLONE_VM|CLONE_VFORK: the child needs memory of its own to turn
   // dumpable for its OOM score (leave_init_oom_score). Init still waits (on the
   // report pipe below) until the child has called execve or failed.

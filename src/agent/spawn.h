@@ -1,10 +1,9 @@
 // Starting one exec inside the sandbox, from init's state to the exec's: join the
 // exec's cgroups, leave init's OOM protection, new session, stdio pipes (or, for a
 // tty exec, a pty of the sandbox's devpts as controlling terminal), rlimits,
-// bounding set, ids, the exec's own capabilities (+ the seccomp loader capability
-// without no_new_privs), seccomp, then, with nothing more than the exec will hold,
-// chdir and execve along the exec's own PATH. Runs in init (single-threaded, pid 1 of
-// the sandbox).
+// bounding set, ids, the exec's own capabilities, then, with nothing more than the exec
+// will hold, chdir and execve along the exec's own PATH. Runs in init (single-threaded,
+// pid 1 of the sandbox), under init's seccomp policy, which the child inherits.
 #pragma once
 
 #include <sys/types.h>
@@ -13,7 +12,6 @@
 #include <vector>
 
 #include "agent/protocol.h"
-#include "agent/seccomp_program.h"
 #include "common/fd.h"
 
 namespace cela::agent {
@@ -35,7 +33,7 @@ struct SpawnFailure {
 // Starts `req`. `cgroup_fds` are the exec's cgroup attach files (written "0" by the
 // child before anything else); may be empty. Returns once the child has called
 // execve (or failed: then it has been reaped).
-std::expected<Spawned, SpawnFailure> spawn_exec(const ExecRequest& req, const SeccompProgram& seccomp,
+std::expected<Spawned, SpawnFailure> spawn_exec(const ExecRequest& req,
                                                 const std::vector<UniqueFd>& cgroup_fds);
 
 // The execve paths tried for `req`, in order: argv[0] itself when it has a slash,

@@ -71,6 +71,7 @@ const RouteDoc session_metrics{
                        {"wall_ms", integer_schema()},
                        {"oom_kills", integer_schema()},
                        {"processes_executed", integer_schema()},
+                       {"seccomp_violations", integer_schema()},
                        {"limit_events", array_of(limit_event_schema())},
                        {"history", array_of(object_schema({{"at", string_schema()},
                                                            {"cpu_ms", integer_schema()},

@@ -63,6 +63,7 @@ json::object metrics_json(const session::SessionMetrics& m) {
           {"wall_ms", m.wall_ms},
           {"oom_kills", m.oom_kills},
           {"processes_executed", m.processes_executed},
+          {"seccomp_violations", m.seccomp_violations},
           {"limit_events", std::move(events)},
           {"history", std::move(history)}};
 }

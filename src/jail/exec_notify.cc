@@ -1,16 +1,20 @@
 #include "jail/exec_notify.h"
 
+#include <linux/audit.h>
 #include <linux/seccomp.h>
+#include <seccomp.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "common/fs.h"
+#include "jail/seccomp.h"
 
 namespace cela::jail {
 namespace {
@@ -97,17 +101,8 @@ std::string read_cgroup(pid_t pid) {
   return first;
 }
 
-}  // namespace
-
-Result<std::optional<ExecNotification>> take_exec_notification(int listener) {
-  seccomp_notif req{};
-  std::memset(&req, 0, sizeof req);
-  if (::ioctl(listener, SECCOMP_IOCTL_NOTIF_RECV, &req) != 0) {
-    // ENOENT: the process was killed between the wake-up and the receive.
-    if (errno == ENOENT || errno == EINTR) return std::optional<ExecNotification>();
-    return sys_fail("receive an exec notification");
-  }
-  ExecNotification n;
+// Reads an execve's path and argv from the stopped process.
+void read_exec(const seccomp_notif& req, ExecNotification& n) {
   n.host_pid = static_cast<pid_t>(req.pid);
   bool at = req.data.nr == __NR_execveat;
   n.syscall = at ? "execveat" : "execve";
@@ -137,16 +132,52 @@ Result<std::optional<ExecNotification>> take_exec_notification(int listener) {
   n.gid = st.gid;
   if (st.ppid > 0) n.ppid = read_status(st.ppid).inside;
   n.cgroup = read_cgroup(n.host_pid);
+}
+
+void read_violation(const seccomp_notif& req, ViolationNotification& v) {
+  v.host_pid = static_cast<pid_t>(req.pid);
+  v.nr = req.data.nr;
+  if (char* name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_X86_64, req.data.nr)) {
+    v.syscall = name;
+    std::free(name);
+  } else {
+    v.syscall = "syscall " + std::to_string(req.data.nr);
+  }
+  for (size_t i = 0; i < v.args.size(); ++i) v.args[i] = req.data.args[i];
+  StatusFields st = read_status(v.host_pid);
+  v.pid = st.inside;
+  v.uid = st.uid;
+  v.gid = st.gid;
+  v.cgroup = read_cgroup(v.host_pid);
+}
+
+}  // namespace
+
+Result<std::optional<Notification>> take_notification(int listener) {
+  seccomp_notif req{};
+  std::memset(&req, 0, sizeof req);
+  if (::ioctl(listener, SECCOMP_IOCTL_NOTIF_RECV, &req) != 0) {
+    // ENOENT: the process was killed between the wake-up and the receive.
+    if (errno == ENOENT || errno == EINTR) return std::optional<Notification>();
+    return sys_fail("receive a seccomp notification");
+  }
+  // Only an execve of this architecture goes on; the policy kills other architectures,
+  // so anything else here is a denial, whatever the program said about it.
+  const bool exec = req.data.arch == AUDIT_ARCH_X86_64 && (req.data.nr == __NR_execve || req.data.nr == __NR_execveat);
+  Notification n;
+  if (exec) read_exec(req, n.emplace<ExecNotification>());
+  else read_violation(req, n.emplace<ViolationNotification>());
   // Still the same stopped process? Only then are the reads its own.
   uint64_t id = req.id;
   bool valid = ::ioctl(listener, SECCOMP_IOCTL_NOTIF_ID_VALID, &id) == 0;
   seccomp_notif_resp resp{};
   resp.id = req.id;
-  resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+  if (exec) resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+  else resp.error = -kViolationErrno;
   // ENOENT: it was killed meanwhile; nothing to answer.
   (void)::ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &resp);
-  if (!valid) return std::optional<ExecNotification>();
-  return std::optional<ExecNotification>(std::move(n));
+  if (!valid) return std::optional<Notification>();
+  return std::optional<Notification>(std::move(n));
 }
 
 }  // namespace cela::jail

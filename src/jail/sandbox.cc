@@ -130,7 +130,7 @@ int pidfd_signal(int pidfd, int sig) { return static_cast<int>(::syscall(SYS_pid
 }  // namespace
 
 Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupHost& cgroups,
-                                                const SeccompProgram& seccomp) {
+                                                int sealed_seccomp) {
   auto began = std::chrono::steady_clock::now();
   if (auto r = make_dirs(kStagingDir, 0755); !r) return std::unexpected(r.error());
   std::unique_ptr<Sandbox> sb(new Sandbox());
@@ -149,10 +149,6 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
   if (!attach_fds) return std::unexpected(attach_fds.error());
   std::vector<int> attach;
   for (const auto& fd : *attach_fds) attach.push_back(fd.get());
-  // Init gets the program as a sealed memfd with its config.
-  auto sealed = agent::seal_seccomp_program(seccomp);
-  if (!sealed) return std::unexpected(sealed.error());
-  UniqueFd seccomp_fd = std::move(*sealed);
   auto image = sealed_init_image();
   if (!image) return std::unexpected(image.error());
   const int image_fd = *image;
@@ -241,9 +237,8 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
                                                        {"shm_bytes", rootfs.shm_bytes},
                                                        {"pty_max", rootfs.pty_max},
                                                        {"door_port", spec.door_port}});
-  if (spec.exec_notify) config["exec_notify"] = true;
-  if (auto r = send_message(sb->control_fd(), config, {seccomp_fd.get()}); !r) return std::unexpected(r.error());
-  seccomp_fd.reset();
+  if (spec.listener) config["listener"] = true;
+  if (auto r = send_message(sb->control_fd(), config, {sealed_seccomp}); !r) return std::unexpected(r.error());
   if (auto r = send_message(sb->control_fd(), message(MessageType::maps), attach); !r) return std::unexpected(r.error());
   attach_fds->clear();
   {
@@ -273,12 +268,12 @@ Result<std::unique_ptr<Sandbox>> Sandbox::start(const SandboxSpec& spec, CgroupH
                 ready->body.at("errno").to_number<int>());
   }
   if (ready->type() != MessageType::ready) return fail(ErrorCode::internal, "unexpected message from init during setup");
-  // ready carries the execve listener (exec_notify), then the door (door_port).
-  size_t want = (spec.exec_notify ? 1 : 0) + (spec.door_port ? 1 : 0);
+  // ready carries the policy's listener (listener), then the door (door_port).
+  size_t want = (spec.listener ? 1 : 0) + (spec.door_port ? 1 : 0);
   if (ready->fds.size() != want)
-    return fail(ErrorCode::internal, "init's ready came without its descriptors (exec listener, egress door)");
+    return fail(ErrorCode::internal, "init's ready came without its descriptors (policy listener, egress door)");
   size_t at = 0;
-  if (spec.exec_notify) sb->exec_notify_ = std::move(ready->fds[at++]);
+  if (spec.listener) sb->listener_ = std::move(ready->fds[at++]);
   if (spec.door_port) sb->door_ = std::move(ready->fds[at++]);
   sb->startup_ = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began);
   return sb;
@@ -375,7 +370,7 @@ Result<TeardownReport> Sandbox::destroy() {
     if (auto stats = cgroup_->stats(); stats) report.processes_killed = stats->pids_current;
   }
   kill_and_reap();
-  exec_notify_.reset();
+  listener_.reset();
   control_.reset();
   upper_.reset();  // the writable layer goes with its last reference
   if (cgroup_) {

@@ -42,7 +42,9 @@ struct SandboxSpec {
   // life; -1: a tmpfs sized by rootfs.disk_bytes.
   int disk_root = -1;
   std::vector<VolumeBind> volumes;  // their mounts held by the caller
-  bool exec_notify = false;  // watch every execve inside (agent/exec_notify.h)
+  // The seccomp program carries a watch (jail/seccomp.h SeccompWatch): init installs it
+  // with a listener and hands that over (listener_fd()).
+  bool listener = false;
   // Non-zero: init listens on 127.0.0.1:door_port inside and hands over the listener
   // (take_door()), the egress door (agent/init.h).
   uint16_t door_port = 0;
@@ -69,8 +71,10 @@ class Sandbox {
  public:
   // The caller may be multi-threaded: the cloned child re-executes cela as init from
   // the sealed init image (jail/init_process.h) before it does anything else.
+  // `sealed_seccomp`: the policy as a sealed memfd (agent::seal_seccomp_program), one
+  // for every sandbox of a backend (init reads it with pread: no shared offset).
   static Result<std::unique_ptr<Sandbox>> start(const SandboxSpec& spec, CgroupHost& cgroups,
-                                                const SeccompProgram& seccomp);
+                                                int sealed_seccomp);
   ~Sandbox();
   Sandbox(const Sandbox&) = delete;
   Sandbox& operator=(const Sandbox&) = delete;
@@ -100,8 +104,8 @@ class Sandbox {
   // The writable layer's upper directory as the host sees it (snapshots); -1 after
   // destroy().
   int upper_fd() const { return upper_.get(); }
-  // The execve listener (SandboxSpec::exec_notify), -1 without one.
-  int exec_notify_fd() const { return exec_notify_.get(); }
+  // The policy's listener (SandboxSpec::listener), -1 without one.
+  int listener_fd() const { return listener_.get(); }
   Cgroup& cgroup() { return *cgroup_; }
   std::chrono::microseconds startup_time() const { return startup_; }
   // The egress door's listening socket, once (empty without SandboxSpec::door_port).
@@ -124,7 +128,7 @@ class Sandbox {
   UniqueFd pidfd_;
   UniqueFd control_;
   UniqueFd upper_;
-  UniqueFd exec_notify_;
+  UniqueFd listener_;
   UniqueFd door_;
   std::unique_ptr<Cgroup> cgroup_;
   std::deque<agent::Message> pending_;  // events that arrived while waiting for a reply

@@ -159,13 +159,14 @@ scmp_arg_cmp bits_clear(unsigned arg, uint64_t bits) {
 constexpr uint64_t kNamespaceFlags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER |
                                      CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP | CLONE_NEWTIME;
 
-const std::vector<ArgRule>& argument_rules() {
+// The rules, with `eperm` standing for the recorded denial (kViolationErrno, or a
+// notification when violations are watched).
+std::vector<ArgRule> argument_rules(uint32_t eperm) {
   const uint32_t allow = SCMP_ACT_ALLOW;
-  const uint32_t eperm = SCMP_ACT_ERRNO(EPERM);
   // EAFNOSUPPORT rather than EPERM: libaudit users (sudo, useradd, passwd) treat it
   // as "no audit in this kernel" and carry on; EPERM makes them abort.
   const uint32_t no_family = SCMP_ACT_ERRNO(EAFNOSUPPORT);
-  static const auto& rules = *new std::vector<ArgRule>{
+  return {
       // fork and threads, but no new namespaces. x86_64 clone: flags are arg 0.
       {"clone", {{allow, {bits_clear(0, kNamespaceFlags)}}}, eperm},
       // Unix and IP sockets; netlink only for NETLINK_ROUTE (getaddrinfo, `ip addr`).
@@ -190,15 +191,19 @@ const std::vector<ArgRule>& argument_rules() {
         {allow, {low32_eq(0, 0xffffffff)}}},
        eperm},
   };
+}
+
+const std::vector<ArgRule>& standalone_argument_rules() {
+  static const auto& rules = *new std::vector<ArgRule>(argument_rules(SCMP_ACT_ERRNO(kViolationErrno)));
   return rules;
 }
 
-uint32_t to_scmp_action(Action action) {
+uint32_t to_scmp_action(Action action, bool watched) {
   switch (action) {
     case Action::allow:
       return SCMP_ACT_ALLOW;
     case Action::deny_eperm:
-      return SCMP_ACT_ERRNO(EPERM);
+      return watched ? SCMP_ACT_NOTIFY : SCMP_ACT_ERRNO(kViolationErrno);
     case Action::deny_enosys:
       return SCMP_ACT_ERRNO(ENOSYS);
   }
@@ -330,13 +335,13 @@ const std::vector<SyscallRule>& seccomp_denied_syscalls() {
 const std::vector<std::string>& seccomp_argument_filtered_syscalls() {
   static const auto& names = *[] {
     auto* v = new std::vector<std::string>;
-    for (const ArgRule& rule : argument_rules()) v->emplace_back(rule.syscall);
+    for (const ArgRule& rule : standalone_argument_rules()) v->emplace_back(rule.syscall);
     return v;
   }();
   return names;
 }
 
-Result<SeccompProgram> build_seccomp_program() {
+Result<SeccompProgram> build_seccomp_program(SeccompWatch watch) {
   Filter filter(seccomp_init(kDefaultAction));
   if (!filter) return fail(ErrorCode::internal, "seccomp_init");
   scmp_filter_ctx ctx = filter.get();
@@ -345,10 +350,13 @@ Result<SeccompProgram> build_seccomp_program() {
   if (int rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS); rc < 0)
     return seccomp_fail("seccomp_attr_set ACT_BADARCH", rc);
 
-  for (std::string_view name : kAllowed)
-    if (auto r = add_rule(ctx, SCMP_ACT_ALLOW, name); !r) return std::unexpected(r.error());
+  for (std::string_view name : kAllowed) {
+    const bool exec = name == "execve" || name == "execveat";
+    const uint32_t action = exec && watch.execs ? SCMP_ACT_NOTIFY : SCMP_ACT_ALLOW;
+    if (auto r = add_rule(ctx, action, name); !r) return std::unexpected(r.error());
+  }
   for (const SyscallRule& rule : seccomp_denied_syscalls()) {
-    const uint32_t action = to_scmp_action(rule.action);
+    const uint32_t action = to_scmp_action(rule.action, watch.violations);
     // libseccomp refuses (EACCES) a rule equal to the default action; such a
     // syscall (clone3) gets that errno from the default already. Still resolve the
     // name so a typo fails the build.
@@ -358,7 +366,7 @@ Result<SeccompProgram> build_seccomp_program() {
     }
     if (auto r = add_rule(ctx, action, rule.name); !r) return std::unexpected(r.error());
   }
-  for (const ArgRule& rule : argument_rules())
+  for (const ArgRule& rule : argument_rules(watch.violations ? SCMP_ACT_NOTIFY : SCMP_ACT_ERRNO(kViolationErrno)))
     if (auto r = add_argument_rule(ctx, rule); !r) return std::unexpected(r.error());
 
   auto instructions = export_bpf(ctx);
@@ -394,18 +402,19 @@ void evict_old_programs(const std::string& cache_dir) {
 
 }  // namespace
 
-Result<SeccompProgram> cached_seccomp_program(const std::string& cache_dir) {
+Result<SeccompProgram> cached_seccomp_program(SeccompWatch watch, const std::string& cache_dir) {
   struct stat self{};
-  if (::stat("/proc/self/exe", &self) != 0) return build_seccomp_program();
+  if (::stat("/proc/self/exe", &self) != 0) return build_seccomp_program(watch);
   std::string path = cache_dir + "/seccomp-" + std::to_string(self.st_dev) + "-" + std::to_string(self.st_ino) +
                      "-" + std::to_string(self.st_size) + "-" + std::to_string(self.st_mtim.tv_sec) + "." +
-                     std::to_string(self.st_mtim.tv_nsec) + ".bpf";
+                     std::to_string(self.st_mtim.tv_nsec) + (watch.execs ? "-x" : "") +
+                     (watch.violations ? "-v" : "") + ".bpf";
   if (auto cached = read_file(path))
     if (auto program = agent::seccomp_program_from_bytes(*cached)) {
       ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // used now: the last to go
       return program;
     }
-  auto program = build_seccomp_program();
+  auto program = build_seccomp_program(watch);
   if (!program) return program;
   evict_old_programs(cache_dir);
   // Best effort: a failed cache write only costs the next run a compile.

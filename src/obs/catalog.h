@@ -61,6 +61,11 @@ inline Family& processes_executed() {  // {tenant}: execve/execveat seen inside 
   return metrics().counter("cela_sandbox_processes_executed_total",
                            "Programs executed inside sandboxes (execve/execveat captured by the daemon)", {"tenant"});
 }
+inline Family& seccomp_violations() {  // {tenant, syscall}: the syscalls are the policy's denied ones
+  return metrics().counter("cela_seccomp_violations_total",
+                           "Denied syscalls attempted inside sandboxes (answered EPERM by the daemon)",
+                           {"tenant", "syscall"});
+}
 inline Family& auth_failures() {  // {transport}
   return metrics().counter("cela_auth_failures_total", "Requests refused by authentication", {"transport"});
 }
@@ -87,7 +92,7 @@ inline Family& pool_hits() {  // {template, result: hit|miss}
 inline void register_all() {
   for (auto* f : {sessions_created, session_create_seconds, sessions_ended, execs, exec_seconds, limit_events,
                   http_requests, http_seconds, errors, audit_records, audit_failures, processes_executed,
-                  auth_failures, egress_verdicts, egress_bytes, package_installs, pool_hits})
+                  seccomp_violations, auth_failures, egress_verdicts, egress_bytes, package_installs, pool_hits})
     (void)f();
 }
 

@@ -18,7 +18,9 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <variant>
 
+#include "common/token_bucket.h"
 #include "jail/cgroup.h"
 #include "jail/exec_notify.h"
 #include "jail/file_writer.h"
@@ -39,6 +41,11 @@ using Descriptor = asio::posix::stream_descriptor;
 
 // Sandboxes of one backend that hold a spare exec cgroup at once (JailInstance).
 constexpr int kMaxSpares = 256;
+
+// The seccomp notifications (execs, violations) the reactor takes from one sandbox: a
+// second's worth of a busy build's execs and more, bounded so one sandbox's tight loop
+// of denied syscalls costs the reactor a few percent at most (arm_notify).
+constexpr double kNotificationsPerSecond = 2000, kNotificationBurst = 200;
 
 // An Asio watch on a descriptor someone else owns (the sandbox's control socket,
 // pidfd and execve listener): it never closes the descriptor, so watching costs no
@@ -297,8 +304,8 @@ class JailInstance final : public Instance {
     control_ = Watch(new Descriptor(reactor, sandbox_->control_fd()));
     pidfd_ = Watch(new Descriptor(reactor, sandbox_->pidfd()));
     arm_control();
-    if (sandbox_->exec_notify_fd() >= 0) {
-      notify_ = Watch(new Descriptor(reactor, sandbox_->exec_notify_fd()));
+    if (sandbox_->listener_fd() >= 0) {
+      notify_ = Watch(new Descriptor(reactor, sandbox_->listener_fd()));
       arm_notify();
     }
     pidfd_->async_wait(Descriptor::wait_read, [this, alive = alive_](boost::system::error_code ec) {
@@ -335,6 +342,7 @@ class JailInstance final : public Instance {
   }
 
   void on_process(std::function<void(const ProcessEvent&)> fn) override { on_process_ = std::move(fn); }
+  void on_violation(std::function<void(const ViolationEvent&)> fn) override { on_violation_ = std::move(fn); }
 
   Result<jail::CgroupStats> stats() const override { return sandbox_->cgroup().stats(); }
   void freeze(bool frozen, std::function<void(Result<void>)> done) override {
@@ -663,40 +671,79 @@ class JailInstance final : public Instance {
   }
 
   // One notification per wake-up: a session that execs in a loop shares the reactor
-  // fairly (each of its execve calls waits for its turn).
+  // fairly (each of its execve calls waits for its turn). And at most
+  // kNotificationsPerSecond of them: past that the listener waits on a timer, so a
+  // sandbox that calls denied syscalls in a tight loop (each costs the reactor a receive,
+  // two /proc reads and an answer, and the sandbox almost nothing) slows only itself,
+  // its callers blocked in their syscalls meanwhile.
   void arm_notify() {
     if (!notify_) return;
+    if (auto wait = notify_budget_.until_next(); wait > TokenBucket::Clock::duration::zero()) {
+      if (!notify_timer_) notify_timer_ = std::make_unique<asio::steady_timer>(*reactor_);
+      notify_timer_->expires_after(wait);
+      notify_timer_->async_wait([this, alive = alive_](boost::system::error_code ec) {
+        if (*alive && !ec) arm_notify();
+      });
+      return;
+    }
     notify_->async_wait(Descriptor::wait_read, [this, alive = alive_](boost::system::error_code ec) {
       if (!*alive || ec || !notify_) return;
-      auto n = jail::take_exec_notification(notify_->native_handle());
+      (void)notify_budget_.take();
+      auto n = jail::take_notification(notify_->native_handle());
       if (!n) {
-        std::fprintf(stderr, "cela: exec watch of %s stopped: %s\n", sandbox_->cgroup().name().c_str(),
+        std::fprintf(stderr, "cela: seccomp watch of %s stopped: %s\n", sandbox_->cgroup().name().c_str(),
                      n.error().message().c_str());
         notify_.reset();
         return;
       }
-      if (*n && on_process_) on_process_(to_event(**n));
+      if (*n) {
+        if (auto* exec = std::get_if<jail::ExecNotification>(&**n)) {
+          if (on_process_) on_process_(to_event(*exec));
+        } else if (on_violation_) {
+          on_violation_(to_event(std::get<jail::ViolationNotification>(**n)));
+        }
+      }
       if (*alive_) arm_notify();
     });
+  }
+
+  // The exec whose cgroup ".../<sandbox>/e-<n>" is, while it runs.
+  ExecListener* exec_of(const std::string& cgroup) {
+    auto slash = cgroup.rfind("/e-");
+    if (slash == std::string::npos) return nullptr;
+    uint64_t id = std::strtoull(cgroup.c_str() + slash + 3, nullptr, 10);
+    auto it = execs_.find(id);
+    return it == execs_.end() ? nullptr : it->second.listener;
+  }
+
+  uint32_t inside_id(uint32_t host) const {
+    uint32_t base = slot_.host_base();
+    return host >= base && host - base < 65536 ? host - base : host;
+  }
+
+  ViolationEvent to_event(const jail::ViolationNotification& n) {
+    ViolationEvent e;
+    e.pid = n.pid;
+    e.uid = inside_id(n.uid);
+    e.gid = inside_id(n.gid);
+    e.syscall = n.syscall;
+    e.args = n.args;
+    e.err = jail::kViolationErrno;
+    e.exec = exec_of(n.cgroup);
+    return e;
   }
 
   ProcessEvent to_event(const jail::ExecNotification& n) {
     ProcessEvent e;
     e.pid = n.pid;
     e.ppid = n.ppid;
-    uint32_t base = slot_.host_base();
-    e.uid = n.uid >= base && n.uid - base < 65536 ? n.uid - base : n.uid;
-    e.gid = n.gid >= base && n.gid - base < 65536 ? n.gid - base : n.gid;
+    e.uid = inside_id(n.uid);
+    e.gid = inside_id(n.gid);
     e.syscall = n.syscall;
     e.path = n.path;
     e.argv = n.argv;
     e.truncated = n.truncated;
-    // ".../<sandbox>/e-<n>": the exec's own cgroup names it.
-    auto slash = n.cgroup.rfind("/e-");
-    if (slash != std::string::npos) {
-      uint64_t id = std::strtoull(n.cgroup.c_str() + slash + 3, nullptr, 10);
-      if (auto it = execs_.find(id); it != execs_.end()) e.exec = it->second.listener;
-    }
+    e.exec = exec_of(n.cgroup);
     return e;
   }
 
@@ -718,6 +765,9 @@ class JailInstance final : public Instance {
   std::function<void(std::string)> on_died_;
   Watch control_, pidfd_, notify_;  // released before sandbox_ closes them (destroy, died)
   std::function<void(const ProcessEvent&)> on_process_;
+  std::function<void(const ViolationEvent&)> on_violation_;
+  TokenBucket notify_budget_{kNotificationsPerSecond, kNotificationBurst};
+  std::unique_ptr<asio::steady_timer> notify_timer_;  // while the budget refills
   std::map<uint64_t, Entry> execs_;
   uint64_t next_id_ = 1;
   std::optional<ExecCgroup> spare_;
@@ -736,7 +786,7 @@ class JailInstance final : public Instance {
 
 class JailBackend final : public Backend {
  public:
-  JailBackend(std::unique_ptr<jail::CgroupHost> cgroups, jail::SeccompProgram seccomp, JailOptions options,
+  JailBackend(std::unique_ptr<jail::CgroupHost> cgroups, UniqueFd seccomp, JailOptions options,
               std::unique_ptr<DiskPool> disks)
       : cgroups_(std::move(cgroups)),
         seccomp_(std::move(seccomp)),
@@ -755,7 +805,7 @@ class JailBackend final : public Backend {
     sb.rootfs.pty_max = options_.pty_max;
     sb.limits = spec.limits;
     sb.budgets = options_.budgets;
-    sb.exec_notify = options_.exec_notify;
+    sb.listener = options_.watch.any();
     sb.door_port = spec.door_port;
     auto slot = jail::UidSlot::acquire(jail::kSlotLockDir, options_.uid_slots);
     if (!slot) {
@@ -778,7 +828,7 @@ class JailBackend final : public Backend {
       sb.volumes.push_back({(*use)->root(), v.target, v.read_only});
       uses.push_back(std::move(*use));
     }
-    auto sandbox = jail::Sandbox::start(sb, *cgroups_, seccomp_);
+    auto sandbox = jail::Sandbox::start(sb, *cgroups_, seccomp_.get());
     if (!sandbox) return std::unexpected(sandbox.error());  // disk and volumes let go here
     return std::unique_ptr<Instance>(
         new JailInstance(std::move(*sandbox), std::move(*slot), std::move(disk), std::move(uses), spares_));
@@ -797,7 +847,7 @@ class JailBackend final : public Backend {
 
  private:
   std::unique_ptr<jail::CgroupHost> cgroups_;
-  jail::SeccompProgram seccomp_;
+  UniqueFd seccomp_;  // the policy, sealed once for every init
   JailOptions options_;
   std::unique_ptr<DiskPool> disks_;
   VolumeMounts volumes_;
@@ -833,9 +883,11 @@ Result<std::unique_ptr<Backend>> open_jail_backend(const JailOptions& options) {
   if (!mode) return std::unexpected(mode.error());
   auto host = jail::open_cgroup_host(*mode, "/sys/fs/cgroup", {.io = options.io});
   if (!host) return std::unexpected(host.error());
-  // Compiled once per daemon (from the cache when this binary compiled it before);
-  // every init gets it as a sealed memfd (agent/seccomp_program.h).
-  auto seccomp = jail::cached_seccomp_program();
+  // Compiled once per daemon (from the cache when this binary compiled it before) and
+  // sealed once: every init gets the same read-only memfd (agent/seccomp_program.h).
+  auto program = jail::cached_seccomp_program(options.watch);
+  if (!program) return std::unexpected(program.error());
+  auto seccomp = agent::seal_seccomp_program(*program);
   if (!seccomp) return std::unexpected(seccomp.error());
   // The sealed images every session's init (and helper) runs from, made before the
   // first session needs them (and a failure to make one is a failure to start).

@@ -10,6 +10,7 @@
 
 #include "agent/protocol.h"
 #include "jail/cgroup.h"
+#include "jail/seccomp.h"
 #include "jail/userns.h"
 #include "runtime/runtime.h"
 
@@ -25,7 +26,9 @@ struct JailOptions {
   uint32_t pty_max = 64;                 // the private devpts's max=
   jail::IoLimits io;                     // block I/O weight and per-disk throttles
   DiskPoolOptions disks;                 // disk-backed writable layers
-  bool exec_notify = false;              // report every execve inside (Instance::on_process)
+  // What the seccomp policy hands to the daemon: execs (Instance::on_process) and
+  // violations (Instance::on_violation).
+  jail::SeccompWatch watch;
   // Helpers will run in instances (file imports, watches: Instance::spawn_helper):
   // their sealed image (a copy of cela) is made when the backend opens, not on first use.
   bool helpers = false;

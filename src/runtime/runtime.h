@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <boost/asio/io_context.hpp>
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -89,7 +90,7 @@ struct StartFailure {
 class ExecListener;
 
 // A program executed inside the sandbox, seen by the host while its execve waited
-// (backends that can: the jail with JailOptions::exec_notify).
+// (backends that can: the jail with JailOptions::watch.execs).
 struct ProcessEvent {
   pid_t pid = 0, ppid = 0;    // inside the sandbox (0: unknown)
   uint32_t uid = 0, gid = 0;  // inside
@@ -97,6 +98,17 @@ struct ProcessEvent {
   std::string path;
   std::vector<std::string> argv;
   bool truncated = false;
+  ExecListener* exec = nullptr;  // the exec whose tree it belongs to, while it is known
+};
+
+// An attempt at a syscall the policy denies, seen by the host while the caller waited
+// for its EPERM (the jail with JailOptions::watch.violations).
+struct ViolationEvent {
+  pid_t pid = 0;              // inside the sandbox (0: unknown)
+  uint32_t uid = 0, gid = 0;  // inside
+  std::string syscall;        // e.g. mount, ptrace, clone (with namespace flags)
+  std::array<uint64_t, 6> args{};
+  int err = 0;                   // what the caller got
   ExecListener* exec = nullptr;  // the exec whose tree it belongs to, while it is known
 };
 
@@ -221,6 +233,8 @@ class Instance {
   // Every program executed inside, on the reactor (set after attach; backends that
   // cannot watch never call it).
   virtual void on_process(std::function<void(const ProcessEvent&)> fn) { (void)fn; }
+  // Every denied syscall the sandbox attempted, on the reactor (likewise).
+  virtual void on_violation(std::function<void(const ViolationEvent&)> fn) { (void)fn; }
   virtual Result<jail::CgroupStats> stats() const = 0;
   // Freezes (true) or thaws (false) every process of the sandbox without blocking the
   // reactor: the new state is requested now and `done` runs later on the reactor, once

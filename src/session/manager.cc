@@ -63,7 +63,8 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(const DaemonConfig&
     else limits.push_back({name, value});
   }
   options.pty_max = static_cast<uint32_t>(config.budgets.ptys);
-  options.exec_notify = config.audit.enabled && config.audit.process_exec;
+  // Violations are always counted; execs are watched only when the audit keeps them.
+  options.watch = {.execs = config.audit.enabled && config.audit.process_exec, .violations = true};
   const BlockIoConfig& bio = config.block_io;
   runtime::BlockIoRequest io{static_cast<uint32_t>(bio.weight), bio.read_bps, bio.write_bps, bio.read_iops,
                              bio.write_iops, bio.devices};

@@ -381,6 +381,7 @@ class SessionManager {
   void observe_exec_limits_hit(ExecState& e);
   void observe_exec_ended(ExecState& e);
   void observe_process(Session& session, const runtime::ProcessEvent& event);
+  void observe_violation(Session& session, const runtime::ViolationEvent& event);
   void limit_event(Session& session, const std::string& kind, const std::string& detail, const std::string& exec_id);
   void arm_sampler(const std::shared_ptr<Session>& session);
   void arm_audit_retention();

@@ -16,6 +16,7 @@
 #include <boost/asio/post.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <boost/json.hpp>
 #include <mutex>
 #include <sstream>
@@ -183,6 +184,9 @@ void SessionManager::observe_created(const std::shared_ptr<Session>& session) {
   s.instance->on_process([this, weak](const runtime::ProcessEvent& ev) {
     if (auto sp = weak.lock()) observe_process(*sp, ev);
   });
+  s.instance->on_violation([this, weak](const runtime::ViolationEvent& ev) {
+    if (auto sp = weak.lock()) observe_violation(*sp, ev);
+  });
   if (config_.metrics.sample_interval_s > 0) {
     s.sampler = std::make_unique<asio::steady_timer>(reactor_);
     arm_sampler(session);
@@ -223,7 +227,9 @@ void SessionManager::observe_terminated(Session& s) {
               {"cleanup", cleanup},
               {"clean", r.cleanup && r.cleanup->error.empty() && r.cleanup->cgroup_removed},
               {"wall_ms", std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - s.created_at).count()},
-              {"processes_executed", s.processes}});
+              {"processes_executed", s.processes},
+              {"seccomp_violations", s.violations},
+              {"seccomp_violations_unrecorded", s.violations_unrecorded}});
   std::lock_guard lock(g_net_mu);
   g_net_bytes.erase(r.id);
 }
@@ -335,7 +341,8 @@ void SessionManager::observe_exec_ended(ExecState& e) {
                  {"peak_memory_bytes", r.peak_memory_bytes.value_or(0)},
                  {"stdout_bytes", r.stdout_bytes},
                  {"stderr_bytes", r.stderr_bytes},
-                 {"processes_executed", e.processes}};
+                 {"processes_executed", e.processes},
+                 {"seccomp_violations", e.violations}};
   obs::audit("exec.end", subject_of(s, r.id), d);
 
   obs::AuditLog* log = obs::installed_audit();
@@ -383,6 +390,32 @@ void SessionManager::observe_process(Session& s, const runtime::ProcessEvent& ev
               {"path", shown(ev.path)},
               {"argv", argv_json(argv, log)},
               {"truncated", ev.truncated}});
+}
+
+void SessionManager::observe_violation(Session& s, const runtime::ViolationEvent& ev) {
+  assert_on_reactor();
+  ++s.violations;
+  std::string exec_id;
+  if (auto* e = dynamic_cast<ExecState*>(ev.exec)) {
+    ++e->violations;
+    exec_id = e->record.id;
+  }
+  obs::catalog::seccomp_violations().add({s.record.tenant_id, ev.syscall});
+  if (!s.violation_records.take()) {
+    ++s.violations_unrecorded;
+    return;
+  }
+  json::array args;
+  for (uint64_t a : ev.args) args.emplace_back(a);
+  obs::audit("seccomp.violation", subject_of(s, exec_id),
+             {{"syscall", ev.syscall},
+              {"args", std::move(args)},
+              {"errno", ::strerrorname_np(ev.err)},
+              {"pid", ev.pid},
+              {"uid", ev.uid},
+              {"gid", ev.gid},
+              {"unrecorded_before", s.violations_unrecorded}});
+  s.violations_unrecorded = 0;
 }
 
 // ---- metrics ----------------------------------------------------------------------------
@@ -475,6 +508,7 @@ void SessionManager::metrics(const Caller& caller, const std::string& id, Done<S
       }
     }
     m.processes_executed = s.processes;
+    m.seccomp_violations = s.violations;
     m.limit_events = s.limit_events;
     m.history.assign(s.history.begin(), s.history.end());
     done(m);

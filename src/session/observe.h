@@ -38,6 +38,7 @@ struct SessionMetrics {
   uint64_t wall_ms = 0;
   uint64_t oom_kills = 0;
   uint64_t processes_executed = 0;
+  uint64_t seccomp_violations = 0;  // denied syscalls attempted inside
   std::vector<LimitEvent> limit_events;
   std::vector<MetricSample> history;
   bool live = true;  // false: the session has ended, only recorded values remain
@@ -59,7 +60,7 @@ struct AuditPage {
 
 // Kinds a session's event stream carries.
 inline const std::vector<std::string>& session_event_kinds() {
-  static const std::vector<std::string> kinds{"session.", "limit."};
+  static const std::vector<std::string> kinds{"session.", "limit.", "seccomp."};
   return kinds;
 }
 

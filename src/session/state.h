@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/token_bucket.h"
 #include "net/policy.h"
 #include "rootfs/template.h"
 #include "runtime/runtime.h"
@@ -26,6 +27,12 @@
 #include "store/records.h"
 
 namespace cela::session {
+
+// A session's seccomp.violation audit records: the first kViolationRecordBurst one by
+// one, then one a second; every violation is still counted (metrics, exec.end,
+// session.terminate) and those not recorded are summed into the next record, so a
+// sandbox probing denied syscalls in a loop cannot flood the audit.
+inline constexpr double kViolationRecordsPerSecond = 1, kViolationRecordBurst = 32;
 
 using Clock = std::chrono::steady_clock;
 class SessionManager;
@@ -57,6 +64,7 @@ struct ExecState final : runtime::ExecListener {
   std::optional<runtime::Stats> session_at_start;
   int64_t started_wall_ms = 0;
   uint64_t processes = 0;  // programs executed in it (process.exec)
+  uint64_t violations = 0;  // denied syscalls its processes attempted (seccomp.violation)
   // The template's start command (session/start_command.cc): a server that runs for
   // the session's life, so it does not hold the idle clock.
   bool service = false;
@@ -130,6 +138,10 @@ struct Session {
   std::unique_ptr<boost::asio::steady_timer> sampler;
   Clock::time_point created_at = Clock::now();
   uint64_t processes = 0;
+  // Denied syscalls attempted inside, each counted; recorded one by one only within
+  // the record budget (observe_violation), the rest summed into the next record.
+  uint64_t violations = 0, violations_unrecorded = 0;
+  TokenBucket violation_records{kViolationRecordsPerSecond, kViolationRecordBurst};
   uint64_t oom_kills = 0;  // seen by its execs (v1 counts them in the exec's own cgroup)
   // Proxied port connections open now (session/processes.cc); each PortSocket's lease
   // holds one, and gives it back from whatever thread drops it.

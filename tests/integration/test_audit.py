@@ -115,6 +115,95 @@ def test_every_program_executed_inside_is_recorded_with_argv_and_parent(daemon):
     assert all(p["exec_id"] == r["id"] for p in procs)
 
 
+# Attempts at denied syscalls from inside, as an attacker would make them: each fails
+# with EPERM inside, and the daemon counts and records every one by name.
+VIOLATIONS = r"""
+import ctypes, errno, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(nr, *args):
+    r = libc.syscall(nr, *args)
+    assert r == -1, (nr, r)
+    return ctypes.get_errno()
+MOUNT, UNSHARE, PTRACE, BPF, CLONE = 165, 272, 101, 321, 56
+got = [attempt(MOUNT, b"none", b"/mnt", b"tmpfs", 0, 0),
+       attempt(UNSHARE, 0x10000000),          # CLONE_NEWUSER
+       attempt(PTRACE, 0, 0, 0, 0),           # PTRACE_TRACEME
+       attempt(BPF, 0, 0, 0),
+       attempt(CLONE, 0x10000000 | 17, 0, 0, 0, 0)]
+assert got == [errno.EPERM] * 5, got
+# What libc probes on its own is no violation: ENOSYS / EAFNOSUPPORT, not counted.
+try:
+    socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+except OSError as e:
+    assert e.errno == errno.EAFNOSUPPORT, e
+assert attempt(435, 0, 0) == errno.ENOSYS    # clone3
+print("denied")
+"""
+
+
+def test_denied_syscalls_are_counted_and_recorded_by_name(daemon):
+    sid = daemon.session(limits={"memory_mb": 256})
+    r = daemon.run(sid, f"python3 -c '{VIOLATIONS}'")
+    assert r["state"] == "exited" and r["exit_code"] == 0, r
+    assert r["stdout"] == "denied\n", r
+    status, m, _ = daemon.request("GET", f"/v1/sessions/{sid}/metrics")
+    assert status == 200 and m["seccomp_violations"] == 5, m
+    daemon.delete(sid)
+    recs = records(daemon, sid)
+    seen = [x for x in recs if x["kind"] == "seccomp.violation"]
+    assert [x["data"]["syscall"] for x in seen] == ["mount", "unshare", "ptrace", "bpf", "clone"], seen
+    assert all(x["exec_id"] == r["id"] and x["data"]["errno"] == "EPERM" for x in seen), seen
+    assert all(x["data"]["uid"] == 1000 and x["data"]["pid"] > 1 for x in seen), seen
+    assert seen[1]["data"]["args"][0] == 0x10000000
+    end = next(x for x in recs if x["kind"] == "exec.end")
+    assert end["data"]["seccomp_violations"] == 5, end
+    term = next(x for x in recs if x["kind"] == "session.terminate")
+    assert term["data"]["seccomp_violations"] == 5 and term["data"]["seccomp_violations_unrecorded"] == 0, term
+    # The session's event stream carries them too.
+    status, ev, _ = daemon.request("GET", f"/v1/sessions/{sid}/events")
+    assert status == 200 and sum(e["kind"] == "seccomp.violation" for e in ev["events"]) == 5, ev
+    status, text, _ = daemon.request("GET", "/metrics", raw=True)
+    assert status == 200
+    assert any(line.startswith("cela_seccomp_violations_total{") and 'syscall="mount"' in line
+               for line in text.decode().splitlines()), text
+
+
+FLOOD = r"""
+import ctypes, time
+libc = ctypes.CDLL(None, use_errno=True)
+began = time.monotonic()
+for _ in range(3000):
+    assert libc.syscall(165, 0, 0, 0, 0, 0) == -1     # mount
+print(round(time.monotonic() - began, 3))
+"""
+
+
+def test_a_flood_of_violations_is_counted_whole_but_recorded_within_the_cap(daemon):
+    sid = daemon.session(limits={"memory_mb": 256})
+    began = time.monotonic()
+    r = daemon.run(sid, f"python3 -c '{FLOOD}'")
+    elapsed = time.monotonic() - began
+    assert r["state"] == "exited" and r["exit_code"] == 0, r
+    # Another session is served while the flood runs (and after it).
+    other = daemon.session(limits={"memory_mb": 128})
+    assert daemon.run(other, "/bin/true")["exit_code"] == 0
+    daemon.delete(other)
+    status, m, _ = daemon.request("GET", f"/v1/sessions/{sid}/metrics")
+    assert m["seccomp_violations"] == 3000, m
+    daemon.delete(sid)
+    recs = records(daemon, sid)
+    seen = [x for x in recs if x["kind"] == "seccomp.violation"]
+    # 32 at once, then one a second (the cap), never one per attempt.
+    assert len(seen) <= 32 + elapsed + 2, (len(seen), elapsed)
+    term = next(x for x in recs if x["kind"] == "session.terminate")
+    total = len(seen) + sum(x["data"]["unrecorded_before"] for x in seen) + \
+        term["data"]["seccomp_violations_unrecorded"]
+    assert total == 3000 == term["data"]["seccomp_violations"], (total, term)
+    # And the notifications themselves are taken at a bounded rate: 3000 at 2000/s after
+    # a burst of 200 take well over a second.
+    assert float(r["stdout"]) >= 1.2, r["stdout"]
+
+
 def test_files_written_by_an_exec_are_recorded(daemon):
     sid, r = story(daemon)
     fw = records(daemon, sid, kind="files.written")[0]

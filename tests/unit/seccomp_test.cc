@@ -3,6 +3,8 @@
 // what one syscall returned (or dies, which the parent sees in the wait status).
 #include "jail/seccomp.h"
 
+#include <poll.h>
+
 #include <fcntl.h>
 #include <dirent.h>
 #include <cstdio>
@@ -32,7 +34,13 @@
 #include <functional>
 #include <set>
 #include <string>
+#include <thread>
+#include <variant>
 #include <vector>
+
+#include "agent/protocol.h"
+#include "common/fd.h"
+#include "jail/exec_notify.h"
 
 namespace cela::jail {
 namespace {
@@ -127,41 +135,108 @@ std::ostream& operator<<(std::ostream& os, const Outcome& o) {
   return os << "}";
 }
 
-class SeccompFilterTest : public ::testing::Test {
+// The host half of a watched filter in a test: takes every notification of one child's
+// listener with the daemon's own code (take_notification) until the child is gone, and
+// keeps what it saw.
+class Supervisor {
+ public:
+  explicit Supervisor(UniqueFd listener) : listener_(std::move(listener)), thread_([this] { loop(); }) {}
+  ~Supervisor() { join(); }
+  void join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  const std::vector<Notification>& seen() const { return seen_; }
+
+ private:
+  void loop() {
+    for (;;) {
+      pollfd p{listener_.get(), POLLIN, 0};
+      if (::poll(&p, 1, 10'000) <= 0) return;  // a test stuck this long fails anyway
+      if (p.revents & POLLIN) {
+        auto n = take_notification(listener_.get());
+        if (!n) return;
+        if (*n) seen_.push_back(std::move(**n));
+        continue;
+      }
+      if (p.revents & (POLLHUP | POLLERR)) return;  // no process left under the filter
+    }
+  }
+  UniqueFd listener_;
+  std::vector<Notification> seen_;
+  std::thread thread_;
+};
+
+// Every behaviour test runs twice: under the standalone program (the kernel decides
+// alone, as in `cela run`) and under the watched one with a Supervisor answering (as
+// in the daemon), where the same probes must get the same errnos.
+class SeccompFilterTest : public ::testing::TestWithParam<bool> {
  protected:
   static void SetUpTestSuite() {
     auto built = build_seccomp_program();
     ASSERT_TRUE(built) << built.error().message();
     program_ = new SeccompProgram(std::move(*built));
+    auto watched = build_seccomp_program({.execs = true, .violations = true});
+    ASSERT_TRUE(watched) << watched.error().message();
+    watched_ = new SeccompProgram(std::move(*watched));
   }
   static void TearDownTestSuite() {
     delete program_;
-    program_ = nullptr;
+    delete watched_;
+    program_ = watched_ = nullptr;
   }
+
+  static bool watched() { return GetParam(); }
 
   // In a child: leave the terminal's session (a probe like vhangup must not reach
   // the test's tty even if the filter were broken), set no_new_privs, install the
-  // program. Exits 120+ when setup fails.
-  static void enter_filter() {
+  // program (watched: with a listener, sent to the parent on `to_parent`). Exits 120+
+  // when setup fails.
+  static void enter_filter(int to_parent) {
     ::setsid();
     if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) _exit(120);
-    if (install_seccomp(*program_) != 0) _exit(121);
+    if (!watched()) {
+      if (install_seccomp(*program_) != 0) _exit(121);
+      return;
+    }
+    auto listener = agent::install_seccomp_with_listener(*watched_);
+    if (!listener) _exit(121);
+    if (!agent::send_message(to_parent, boost::json::object{{"type", "listener"}}, {listener->get()})) _exit(122);
+  }
+
+  // The parent's side of enter_filter: the Supervisor of a watched child.
+  static std::unique_ptr<Supervisor> supervise(int from_child) {
+    if (!watched()) return nullptr;
+    auto msg = agent::recv_message(from_child);
+    if (!msg || msg->fds.size() != 1) {
+      ADD_FAILURE() << "the child sent no listener";
+      return nullptr;
+    }
+    return std::make_unique<Supervisor>(std::move(msg->fds[0]));
+  }
+
+  static void socket_pair(int sv[2]) {
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) ADD_FAILURE() << std::strerror(errno);
   }
 
   // Runs `probe` (returns a syscall-style result, errno on -1) under the filter.
-  static Outcome run(const std::function<long()>& probe) {
-    int fds[2];
+  // `seen`, when given, gets what a watched child's supervisor was told.
+  static Outcome run(const std::function<long()>& probe, std::vector<Notification>* seen = nullptr) {
+    int fds[2], sv[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) ADD_FAILURE() << "pipe: " << std::strerror(errno);
+    socket_pair(sv);
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::close(fds[0]);
-      enter_filter();
+      enter_filter(sv[1]);
       errno = 0;
       const long result[2] = {probe(), errno};
       (void)!::write(fds[1], result, sizeof result);
       _exit(0);
     }
     ::close(fds[1]);
+    ::close(sv[1]);
+    auto supervisor = supervise(sv[0]);
+    ::close(sv[0]);
     Outcome out;
     long result[2];
     if (::read(fds[0], result, sizeof result) == sizeof result) {
@@ -171,6 +246,10 @@ class SeccompFilterTest : public ::testing::Test {
     }
     ::close(fds[0]);
     ::waitpid(pid, &out.status, 0);
+    if (supervisor) {
+      supervisor->join();
+      if (seen) *seen = supervisor->seen();
+    }
     if (out.reported) {
       EXPECT_TRUE(WIFEXITED(out.status) && WEXITSTATUS(out.status) == 0) << out;
     }
@@ -178,13 +257,15 @@ class SeccompFilterTest : public ::testing::Test {
   }
 
   // Execs argv under the filter; returns its stdout and sets *status.
-  static std::string run_program(const std::vector<const char*>& argv, int* status) {
-    int fds[2];
+  static std::string run_program(const std::vector<const char*>& argv, int* status,
+                                 std::vector<Notification>* seen = nullptr) {
+    int fds[2], sv[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) ADD_FAILURE() << "pipe: " << std::strerror(errno);
+    socket_pair(sv);
     const pid_t pid = ::fork();
     if (pid == 0) {
       ::dup2(fds[1], 1);
-      enter_filter();
+      enter_filter(sv[1]);
       std::vector<char*> args;
       for (const char* a : argv) args.push_back(const_cast<char*>(a));
       args.push_back(nullptr);
@@ -192,28 +273,42 @@ class SeccompFilterTest : public ::testing::Test {
       _exit(127);
     }
     ::close(fds[1]);
+    ::close(sv[1]);
+    auto supervisor = supervise(sv[0]);
+    ::close(sv[0]);
     std::string out;
     char buf[4096];
     ssize_t n;
     while ((n = ::read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
     ::close(fds[0]);
     ::waitpid(pid, status, 0);
+    if (supervisor) {
+      supervisor->join();
+      if (seen) *seen = supervisor->seen();
+    }
     return out;
   }
 
   static SeccompProgram* program_;
+  static SeccompProgram* watched_;
 };
 
 SeccompProgram* SeccompFilterTest::program_ = nullptr;
+SeccompProgram* SeccompFilterTest::watched_ = nullptr;
 
-TEST_F(SeccompFilterTest, OrdinarySyscallsWork) {
+INSTANTIATE_TEST_SUITE_P(Forms, SeccompFilterTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("Watched") : std::string("Standalone");
+                         });
+
+TEST_P(SeccompFilterTest, OrdinarySyscallsWork) {
   EXPECT_TRUE(run([] { return static_cast<long>(::getpid()); }).succeeded());
   EXPECT_TRUE(run([] {
                 return ::syscall(SYS_uname, nullptr) == -1 && errno == EFAULT ? 0L : -1L;
               }).succeeded());
 }
 
-TEST_F(SeccompFilterTest, EveryAlwaysDeniedSyscallFailsWithEperm) {
+TEST_P(SeccompFilterTest, EveryAlwaysDeniedSyscallFailsWithEperm) {
   // With all-zero arguments: harmless even without a filter (NULL pointers fault,
   // zero flags do nothing), and the child is thrown away anyway.
   for (const SyscallRule& rule : seccomp_denied_syscalls()) {
@@ -225,7 +320,7 @@ TEST_F(SeccompFilterTest, EveryAlwaysDeniedSyscallFailsWithEperm) {
   }
 }
 
-TEST_F(SeccompFilterTest, NamedDangerousCallsFailWithEperm) {
+TEST_P(SeccompFilterTest, NamedDangerousCallsFailWithEperm) {
   EXPECT_TRUE(
       run([] { return long{::mount("none", "/mnt", "tmpfs", 0, nullptr)}; }).failed_with(EPERM));
   EXPECT_TRUE(run([] { return long{::unshare(CLONE_NEWUSER)}; }).failed_with(EPERM));
@@ -236,11 +331,11 @@ TEST_F(SeccompFilterTest, NamedDangerousCallsFailWithEperm) {
   EXPECT_TRUE(run([] { return ::ptrace(PTRACE_TRACEME, 0, nullptr, nullptr); }).failed_with(EPERM));
 }
 
-TEST_F(SeccompFilterTest, Clone3FailsWithEnosysSoGlibcFallsBack) {
+TEST_P(SeccompFilterTest, Clone3FailsWithEnosysSoGlibcFallsBack) {
   EXPECT_TRUE(run([] { return ::syscall(SYS_clone3, nullptr, 0); }).failed_with(ENOSYS));
 }
 
-TEST_F(SeccompFilterTest, CloneWithAnyNamespaceFlagFailsWithEperm) {
+TEST_P(SeccompFilterTest, CloneWithAnyNamespaceFlagFailsWithEperm) {
   for (unsigned long flag : {CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID,
                              CLONE_NEWNET, CLONE_NEWCGROUP}) {
     const Outcome o = run([flag] {
@@ -259,7 +354,7 @@ TEST_F(SeccompFilterTest, CloneWithAnyNamespaceFlagFailsWithEperm) {
               }).failed_with(EPERM));
 }
 
-TEST_F(SeccompFilterTest, ForkAndThreadsStillWork) {
+TEST_P(SeccompFilterTest, ForkAndThreadsStillWork) {
   EXPECT_TRUE(run([] {
                 const long r = ::syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
                 if (r == 0) _exit(7);
@@ -293,7 +388,7 @@ TEST_F(SeccompFilterTest, ForkAndThreadsStillWork) {
               }).succeeded());
 }
 
-TEST_F(SeccompFilterTest, SocketFamilies) {
+TEST_P(SeccompFilterTest, SocketFamilies) {
   auto socket_call = [](long family, long type, long protocol) {
     return run([=] {
       const long fd = ::syscall(SYS_socket, family, type, protocol);
@@ -330,7 +425,7 @@ TEST_F(SeccompFilterTest, SocketFamilies) {
               }).failed_with(EAFNOSUPPORT));
 }
 
-TEST_F(SeccompFilterTest, TerminalInjectionIoctlsFailWithEperm) {
+TEST_P(SeccompFilterTest, TerminalInjectionIoctlsFailWithEperm) {
   // On a pipe, without the filter, these would fail with ENOTTY instead.
   auto ioctl_on_pipe = [](unsigned long request) {
     return run([request] {
@@ -351,7 +446,7 @@ TEST_F(SeccompFilterTest, TerminalInjectionIoctlsFailWithEperm) {
   EXPECT_TRUE(ioctl_on_pipe(TIOCSTI + 1).failed_with(ENOTTY));
 }
 
-TEST_F(SeccompFilterTest, PersonalityOnlyDockerValues) {
+TEST_P(SeccompFilterTest, PersonalityOnlyDockerValues) {
   for (unsigned long persona : {0x0UL, 0x0008UL, 0x20000UL, 0x20008UL, 0xffffffffUL})
     EXPECT_TRUE(run([persona] { return ::syscall(SYS_personality, persona); }).succeeded())
         << std::hex << persona;
@@ -362,7 +457,7 @@ TEST_F(SeccompFilterTest, PersonalityOnlyDockerValues) {
         << std::hex << persona;
 }
 
-TEST_F(SeccompFilterTest, OtherAbisAreKilled) {
+TEST_P(SeccompFilterTest, OtherAbisAreKilled) {
   // x32: the x86_64 entry point with bit 30 set in the syscall number.
   // libseccomp's x86_64 filter sends it to the bad-arch action.
   const Outcome x32 = run([] { return ::syscall(0x40000000L | SYS_getpid); });
@@ -376,20 +471,120 @@ TEST_F(SeccompFilterTest, OtherAbisAreKilled) {
   EXPECT_TRUE(i386.killed_by(SIGSYS)) << i386;
 }
 
-TEST_F(SeccompFilterTest, UnknownSyscallFailsWithEnosys) {
+TEST_P(SeccompFilterTest, UnknownSyscallFailsWithEnosys) {
   EXPECT_TRUE(run([] { return ::syscall(1000); }).failed_with(ENOSYS));
   // Not in any table: falls to the default.
   EXPECT_TRUE(run([] { return ::syscall(SYS_sethostname, "x", 1); }).failed_with(ENOSYS));
 }
 
-TEST_F(SeccompFilterTest, ShellPipelineRuns) {
+// The daemon's view: each attempt at a denied syscall reaches the host by name with
+// its arguments, answered EPERM; what libc probes on its own (ENOSYS, EAFNOSUPPORT)
+// never does. The standalone program reports nothing (no listener).
+TEST_P(SeccompFilterTest, ViolationsReachTheHostByNameAndProbesDoNot) {
+  std::vector<Notification> seen;
+  EXPECT_TRUE(run([] { return long{::mount("none", "/mnt", "tmpfs", 0, nullptr)}; }, &seen).failed_with(EPERM));
+  if (watched()) {
+    ASSERT_EQ(seen.size(), 1u);
+    const auto* v = std::get_if<ViolationNotification>(&seen[0]);
+    ASSERT_NE(v, nullptr);
+    EXPECT_EQ(v->syscall, "mount");
+    EXPECT_GT(v->host_pid, 0);
+    EXPECT_EQ(v->uid, ::getuid());
+  }
+  seen.clear();
+  EXPECT_TRUE(run([] {
+                const long r = ::syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0);
+                if (r == 0) _exit(0);
+                return r;
+              }, &seen).failed_with(EPERM));
+  if (watched()) {
+    ASSERT_EQ(seen.size(), 1u);
+    const auto* v = std::get_if<ViolationNotification>(&seen[0]);
+    ASSERT_NE(v, nullptr);
+    EXPECT_EQ(v->syscall, "clone");
+    EXPECT_EQ(v->args[0] & CLONE_NEWUSER, static_cast<uint64_t>(CLONE_NEWUSER));
+  }
+  seen.clear();
+  EXPECT_TRUE(run([] { return ::syscall(SYS_clone3, nullptr, 0); }, &seen).failed_with(ENOSYS));
+  EXPECT_TRUE(run([] { return long{::socket(AF_NETLINK, SOCK_RAW, NETLINK_AUDIT)}; }, &seen).failed_with(EAFNOSUPPORT));
+  EXPECT_TRUE(run([] { return ::syscall(1000); }, &seen).failed_with(ENOSYS));
+  EXPECT_TRUE(seen.empty()) << seen.size() << " notifications for probes";
+}
+
+// Execs go on once the host has read them, with their argv; in the standalone form
+// nobody is asked.
+TEST_P(SeccompFilterTest, ExecsAreSeenAndGoOn) {
+  int status = 0;
+  std::vector<Notification> seen;
+  const std::string out = run_program({"/bin/sh", "-c", "/bin/echo seen"}, &status, &seen);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(out, "seen\n");
+  if (!watched()) {
+    EXPECT_TRUE(seen.empty());
+    return;
+  }
+  std::vector<std::string> paths;
+  for (const auto& n : seen)
+    if (const auto* e = std::get_if<ExecNotification>(&n)) paths.push_back(e->path);
+  ASSERT_EQ(paths.size(), 2u);
+  EXPECT_EQ(paths[0], "/bin/sh");
+  EXPECT_EQ(paths[1], "/bin/echo");
+}
+
+// With its listener gone (a dead daemon), a watched denial still fails, with ENOSYS:
+// nothing denied runs for want of an answer.
+TEST(SeccompWatchTest, WithoutTheListenerDeniedSyscallsStillFail) {
+  auto program = build_seccomp_program({.execs = false, .violations = true});
+  ASSERT_TRUE(program) << program.error().message();
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) _exit(120);
+    auto listener = agent::install_seccomp_with_listener(*program);
+    if (!listener) _exit(121);
+    listener->reset();  // nobody will answer
+    errno = 0;
+    const long result[2] = {long{::unshare(CLONE_NEWUSER)}, errno};
+    (void)!::write(fds[1], result, sizeof result);
+    _exit(0);
+  }
+  ::close(fds[1]);
+  long result[2] = {0, 0};
+  EXPECT_EQ(::read(fds[0], result, sizeof result), static_cast<ssize_t>(sizeof result));
+  ::close(fds[0]);
+  ::waitpid(pid, nullptr, 0);
+  EXPECT_EQ(result[0], -1);
+  EXPECT_EQ(result[1], ENOSYS);
+}
+
+// The cache keeps each watch's program apart: a watched program is never handed to
+// a sandbox that has no listener (its denials would all be ENOSYS).
+TEST(SeccompWatchTest, TheCacheKeepsEachWatchApart) {
+  char tmpl[] = "/tmp/cela-seccomp-watch-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  auto plain = cached_seccomp_program({}, dir);
+  auto watched = cached_seccomp_program({.execs = true, .violations = true}, dir);
+  auto again = cached_seccomp_program({}, dir);
+  ASSERT_TRUE(plain && watched && again);
+  auto bytes = [](const SeccompProgram& p) {
+    return std::string(reinterpret_cast<const char*>(p.instructions.data()), p.instructions.size() * sizeof(sock_filter));
+  };
+  EXPECT_NE(bytes(*plain), bytes(*watched));
+  EXPECT_EQ(bytes(*plain), bytes(*again));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_P(SeccompFilterTest, ShellPipelineRuns) {
   int status = 0;
   const std::string out = run_program({"/bin/sh", "-c", "echo ok | cat"}, &status);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   EXPECT_EQ(out, "ok\n");
 }
 
-TEST_F(SeccompFilterTest, PythonThreadsSubprocessMultiprocessingAsyncioCtypesRun) {
+TEST_P(SeccompFilterTest, PythonThreadsSubprocessMultiprocessingAsyncioCtypesRun) {
   if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3";
   const char* script = R"(
 import asyncio, ctypes, multiprocessing, os, socket, subprocess, threading
@@ -412,7 +607,7 @@ print('ok')
   EXPECT_EQ(out, "ok\n");
 }
 
-TEST_F(SeccompFilterTest, NodeRuns) {
+TEST_P(SeccompFilterTest, NodeRuns) {
   if (::access("/usr/bin/node", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/node";
   const char* script = R"(
 const fs = require('fs'), cp = require('child_process'), os = require('os');
@@ -432,7 +627,7 @@ fs.readFile('/etc/passwd', (err, data) => {
   EXPECT_EQ(out, "ok\n");
 }
 
-TEST_F(SeccompFilterTest, CoreutilsAndGitRun) {
+TEST_P(SeccompFilterTest, CoreutilsAndGitRun) {
   if (::access("/usr/bin/git", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/git";
   const char* script =
       "set -e; d=$(mktemp -d); cd \"$d\"; git init -q; echo hi > f; chmod 600 f;"
@@ -489,10 +684,10 @@ TEST(SeccompCache, CachesTheCompiledProgramAndKeepsOtherBuildsPrograms) {
 
   auto fresh = cela::jail::build_seccomp_program();
   ASSERT_TRUE(fresh.has_value());
-  auto first = cela::jail::cached_seccomp_program(dir);
+  auto first = cela::jail::cached_seccomp_program({}, dir);
   ASSERT_TRUE(first.has_value());
   EXPECT_EQ(::access(other.c_str(), F_OK), 0) << "another build's program was evicted on a miss";
-  auto second = cela::jail::cached_seccomp_program(dir);  // from the file now
+  auto second = cela::jail::cached_seccomp_program({}, dir);  // from the file now
   ASSERT_TRUE(second.has_value());
   ASSERT_EQ(first->instructions.size(), fresh->instructions.size());
   ASSERT_EQ(second->instructions.size(), fresh->instructions.size());
@@ -509,7 +704,7 @@ TEST(SeccompCache, AFullCacheEvictsOnlyTheLeastRecentlyUsed) {
   std::vector<std::string> others;
   for (size_t i = 0; i < cela::jail::kSeccompCacheEntries; ++i)
     others.push_back(other_build_entry(dir, static_cast<int>(i), 100 - static_cast<int>(i)));  // others[0] oldest
-  ASSERT_TRUE(cela::jail::cached_seccomp_program(dir).has_value());
+  ASSERT_TRUE(cela::jail::cached_seccomp_program({}, dir).has_value());
   EXPECT_NE(::access(others[0].c_str(), F_OK), 0) << "the least recently used program stayed";
   for (size_t i = 1; i < others.size(); ++i) EXPECT_EQ(::access(others[i].c_str(), F_OK), 0) << others[i];
   EXPECT_EQ(cache_files(dir), static_cast<int>(cela::jail::kSeccompCacheEntries));
