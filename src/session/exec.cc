@@ -259,7 +259,9 @@ void SessionManager::exec_finished(ExecState& e) {
     outputs.push_back({r.id, std::string(runtime::to_string(stream)), path,
                        static_cast<int64_t>(e.output->kept(stream)), r.output_truncated});
   }
+  bool recorded = true;
   if (auto f = store_.finish_exec(r, outputs); !f) {
+    recorded = false;
     // Nothing of it was written (state dir full): the index now, the record retried.
     for (const auto& o : outputs) (void)store_.set_output(o);
     pending_execs_[r.session_id].push_back(r), retry_unrecorded();
@@ -277,7 +279,22 @@ void SessionManager::exec_finished(ExecState& e) {
   // exec.end audit record, metrics, and the cgroup, which goes once its last process
   // has (background processes it left keep it; they end with the session).
   observe_exec_ended(e);
-  if (e.exec) e.exec->release_if_empty();
+  bool released = !e.exec || e.exec->release_if_empty();
+  // From here on its record and output are the store's. An exec whose processes all
+  // ended is forgotten (its output files close with it): a session that runs execs
+  // for days holds only the running ones and those whose background processes live.
+  if (released && recorded) forget_exec_later(e);
+}
+
+void SessionManager::forget_exec_later(const ExecState& e) {
+  assert_on_reactor();
+  // Not now: the caller may be inside the exec's own callback (on_exited).
+  asio::post(reactor_, [this, session_id = e.session.record.id, exec_id = e.record.id] {
+    auto s = sessions_.find(session_id);
+    if (s == sessions_.end()) return;
+    auto& execs = s->second->execs;
+    if (auto it = execs.find(exec_id); it != execs.end() && it->second->finished) execs.erase(it);
+  });
 }
 
 // ---- lookups ----------------------------------------------------------------------------

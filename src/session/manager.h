@@ -360,6 +360,8 @@ class SessionManager {
   void arm_exec_timeout(ExecState& e, std::chrono::steady_clock::duration after);
   void exec_started(ExecState& e);
   void exec_finished(ExecState& e);
+  // After this turn: drops an ended exec from its session's live execs (exec_finished).
+  void forget_exec_later(const ExecState& e);
   void maybe_finish(ExecState& e);
   void retry_unrecorded();
   void arm_retention();

@@ -517,3 +517,33 @@ def test_duplicate_tenant_is_409(daemon):
     assert status == 201
     status, err, _ = daemon.request("POST", "/v1/tenants", {"name": "dup"})
     assert status == 409 and err["error"]["code"] == "conflict", err
+
+
+def test_ended_execs_hold_no_daemon_descriptors():
+    """A session that runs printing execs one after another must not keep each one's
+    output files open in the daemon until it ends: 10,000 of them would take every
+    descriptor the daemon has, for every tenant. Their records and output stay readable
+    from the store."""
+    d = Daemon().start()
+    try:
+        sid = d.session(limits=LIMITS)
+        fds = lambda: len(os.listdir(f"/proc/{d.proc.pid}/fd"))
+        for _ in range(5):
+            d.run(sid, "echo out; echo err >&2")
+        before = fds()
+        ran = [d.run(sid, f"echo out-{i}; echo err-{i} >&2") for i in range(200)]
+        assert wait_until(lambda: fds() <= before + 4, 5), (before, fds())
+        first = ran[0]["id"]
+        status, rec, _ = d.request("GET", f"/v1/sessions/{sid}/execs/{first}")
+        assert status == 200 and rec["state"] == "exited", rec
+        status, out, _ = d.request("GET", f"/v1/sessions/{sid}/execs/{first}/output")
+        assert status == 200 and out["stdout"] == "out-0\n" and out["stderr"] == "err-0\n", out
+        # A running exec is still live, and an exec whose background process outlives
+        # it stays reachable for the process table.
+        status, r, _ = d.request("POST", f"/v1/sessions/{sid}/run", {"cmd": "sleep 30 >/dev/null 2>&1 & echo started"})
+        assert status == 200, r
+        status, procs, _ = d.request("GET", f"/v1/sessions/{sid}/processes")
+        assert status == 200, procs
+        assert any(p.get("exec_id") == r["id"] and "sleep" in p["cmd"] for p in procs["processes"]), procs
+    finally:
+        d.stop()
