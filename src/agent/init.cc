@@ -259,6 +259,8 @@ void run_init(const InitConfig& config) {
   close_except(3, low - 1);
   close_except(low + 1, high - 1);
   close_except(high + 1, ~0U);
+  if (int err = prepare_init_for_execs())
+    setup_failed(config.control_fd, Error{ErrorCode::system, err, "prepare init for execs"});
   // The policy, installed on init itself once its setup (mounts, namespaces, the
   // door) is done: every exec forks from here under it, so none loads a filter of its
   // own, and init keeps to the same table (it needs nothing the table denies). With a

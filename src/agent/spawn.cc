@@ -107,25 +107,16 @@ int leave_init_oom_score() {
 
 const std::vector<int> kNoCaps;
 
-// The capabilities the exec holds once it runs: a root exec gets the bounding set
-// (execve gives root every capability the bounding set still has), any other none.
-const std::vector<int>& own_capabilities(const ExecRequest& req) { return req.uid == 0 ? kept_capabilities() : kNoCaps; }
+}  // namespace
 
-// The exec child: from init's state to the exec's. Order matters: join the exec's
-// cgroups first (before the child does anything), ids after the bounding set (needs
-// CAP_SETPCAP), then the exec's own capabilities; chdir and execve come after that, so
-// the exec's cwd and program are resolved with the exec's own credentials, never with
-// init's. The seccomp policy is init's own, inherited through fork (init.cc) (a root exec with init's CAP_SYS_PTRACE could
-// chdir into or execute any process's /proc/PID/cwd or exe).
-[[noreturn]] void exec_child(const PreparedExec& p) {
-  const ExecRequest& req = *p.req;
-  int report_fd = p.report_fd;
-  // Default dispositions before unmasking: execve keeps *ignored* signals ignored, and
-  // the daemon (or the shell that started it) ignores SIGPIPE, sometimes SIGINT and
-  // SIGQUIT. Without this, `yes | head -c1` complains about a broken pipe and a
-  // forwarded SIGINT does nothing.
+int prepare_init_for_execs() {
+  // Every signal at its default but SIGPIPE: init writes to its control socket and
+  // cgroup files and must not die of a closed reader. Whatever started the daemon
+  // may have left others ignored (a shell ignores SIGINT and SIGQUIT for background
+  // jobs, nohup SIGHUP), and an ignored signal stays ignored across fork and execve.
   // The raw syscall: glibc's sigaction refuses its reserved real-time signals (32,
-  // 33), which an ignoring parent leaves ignored too.
+  // 33), which an ignoring parent leaves ignored too. As pid 1 of its namespace, init
+  // never receives a signal from inside that it has no handler for.
   struct {
     void (*handler)(int);
     unsigned long flags;
@@ -133,6 +124,30 @@ const std::vector<int>& own_capabilities(const ExecRequest& req) { return req.ui
     unsigned long mask;
   } dfl{SIG_DFL, 0, nullptr, 0};
   for (int sig = 1; sig <= 64; ++sig) (void)::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, sizeof dfl.mask);
+  if (::signal(SIGPIPE, SIG_IGN) == SIG_ERR) return errno;
+  // Lowering the bounding set leaves init's own capabilities as they are; it bounds
+  // only what a later execve grants, so every exec inherits the lowered set.
+  return drop_bounding_set();
+}
+
+namespace {
+
+// The capabilities the exec holds once it runs: a root exec gets the bounding set
+// (execve gives root every capability the bounding set still has), any other none.
+const std::vector<int>& own_capabilities(const ExecRequest& req) { return req.uid == 0 ? kept_capabilities() : kNoCaps; }
+
+// The exec child: from init's state to the exec's. Order matters: join the exec's
+// cgroups first (before the child does anything), ids, then the exec's own capabilities; chdir and execve come after that, so
+// the exec's cwd and program are resolved with the exec's own credentials, never with
+// init's. The seccomp policy is init's own, inherited through fork (init.cc) (a root exec with init's CAP_SYS_PTRACE could
+// chdir into or execute any process's /proc/PID/cwd or exe).
+[[noreturn]] void exec_child(const PreparedExec& p) {
+  const ExecRequest& req = *p.req;
+  int report_fd = p.report_fd;
+  // init ignores SIGPIPE (its dispositions are otherwise the defaults:
+  // prepare_init_for_execs), and execve keeps an ignored signal ignored: without this,
+  // `yes | head -c1` would never see its broken pipe.
+  (void)::signal(SIGPIPE, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -167,7 +182,7 @@ const std::vector<int>& own_capabilities(const ExecRequest& req) { return req.ui
       ::setrlimit(RLIMIT_STACK, &stack))
     exec_failed(report_fd, kStepRlimit, errno);
 
-  if (int err = drop_bounding_set()) exec_failed(report_fd, kStepCaps, err);
+  // The bounding set is init's, already lowered (prepare_init_for_execs).
   gid_t gid = req.gid;
   if (::setgroups(1, &gid) != 0 || ::setresgid(req.gid, req.gid, req.gid) != 0 ||
       ::setresuid(req.uid, req.uid, req.uid) != 0)

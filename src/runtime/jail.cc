@@ -334,10 +334,11 @@ class JailInstance final : public Instance {
     auto e = std::make_unique<JailExec>(*reactor_, std::move(taken->cgroup), listener, spec.tty);
     if (auto sent = sandbox_->send_exec(req, fds); !sent) return std::unexpected(sent.error());
     execs_[id] = {e.get(), &listener};
-    // A session that runs one exec usually runs another: its cgroup is made now, while
-    // init starts this one and the reactor would otherwise wait.
+    // A session that runs one exec usually runs another: its cgroup is made once this
+    // one has started (on_control), while it runs and the reactor would otherwise
+    // wait. Not now: init is starting it, and the reactor may have its execve to
+    // answer first.
     want_spare_ = true;
-    tidy_later();
     return std::unique_ptr<Exec>(new ExecHandle(std::move(e), *this, id));
   }
 
@@ -502,8 +503,8 @@ class JailInstance final : public Instance {
   // ---- per-exec cgroups (cgroup "e-<id>" below the sandbox's) ---------------------
   // Making one costs a mkdir per hierarchy and removing it an rmdir per hierarchy:
   // neither is done between an exec request and its answer when it can be avoided. A
-  // spare is made after an exec was sent (the reactor waits for init then anyway) and
-  // taken by the next exec; an ended exec's cgroup is removed after the turn that
+  // spare is made once an exec has started (the reactor waits for it to end then
+  // anyway) and taken by the next exec; an ended exec's cgroup is removed after the turn that
   // answered it. At most kMaxSpares sandboxes of a backend hold a spare (each is a
   // memory cgroup in the kernel); the others make their cgroup in the request.
   struct ExecCgroup {
@@ -626,6 +627,7 @@ class JailInstance final : public Instance {
         auto* pid = msg->body.if_contains("pid");
         entry.exec->started(std::move(msg->fds[0]), std::move(msg->fds[1]), std::move(msg->fds[2]));
         entry.listener->on_started(pid && pid->is_number() ? pid->to_number<pid_t>() : 0);
+        if (*alive_ && !destroyed_) tidy_later();  // the spare, while this exec runs
       } else if (type == agent::MessageType::exec_error) {
         StartFailure f;
         if (auto* s = msg->body.if_contains("step"); s && s->is_string()) f.step = agent::exec_step(s->as_string());
