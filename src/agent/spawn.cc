@@ -137,10 +137,11 @@ namespace {
 const std::vector<int>& own_capabilities(const ExecRequest& req) { return req.uid == 0 ? kept_capabilities() : kNoCaps; }
 
 // The exec child: from init's state to the exec's. Order matters: join the exec's
-// cgroups first (before the child does anything), ids, then the exec's own capabilities; chdir and execve come after that, so
-// the exec's cwd and program are resolved with the exec's own credentials, never with
-// init's. The seccomp policy is init's own, inherited through fork (init.cc) (a root exec with init's CAP_SYS_PTRACE could
-// chdir into or execute any process's /proc/PID/cwd or exe).
+// cgroups first (before the child does anything), ids, then the exec's own
+// capabilities; chdir and execve come after that, so the exec's cwd and program are
+// resolved with the exec's own credentials, never with init's (a root exec with init's
+// CAP_SYS_PTRACE could chdir into or execute any process's /proc/PID/cwd or exe). The
+// seccomp policy is init's own, inherited through fork (init.cc).
 [[noreturn]] void exec_child(const PreparedExec& p) {
   const ExecRequest& req = *p.req;
   int report_fd = p.report_fd;

@@ -1,8 +1,9 @@
 // Starting one exec inside the sandbox, from init's state to the exec's: join the
 // exec's cgroups, leave init's OOM protection, new session, stdio pipes (or, for a
 // tty exec, a pty of the sandbox's devpts as controlling terminal), rlimits, ids
-// (the bounding set is init's, lowered once: prepare_init_for_execs), the exec's own capabilities, then, with nothing more than the exec
-// will hold, chdir and execve along the exec's own PATH. Runs in init (single-threaded,
+// (the bounding set is init's, lowered once: prepare_init_for_execs), the exec's own
+// capabilities, then, with nothing more than the exec will hold, chdir and execve along
+// the exec's own PATH. Runs in init (single-threaded,
 // pid 1 of the sandbox), under init's seccomp policy, which the child inherits.
 #pragma once
 

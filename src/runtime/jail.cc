@@ -504,8 +504,8 @@ class JailInstance final : public Instance {
   // Making one costs a mkdir per hierarchy and removing it an rmdir per hierarchy:
   // neither is done between an exec request and its answer when it can be avoided. A
   // spare is made once an exec has started (the reactor waits for it to end then
-  // anyway) and taken by the next exec; an ended exec's cgroup is removed after the turn that
-  // answered it. At most kMaxSpares sandboxes of a backend hold a spare (each is a
+  // anyway) and taken by the next exec; an ended exec's cgroup is removed after the
+  // turn that answered it. At most kMaxSpares sandboxes of a backend hold a spare (each is a
   // memory cgroup in the kernel); the others make their cgroup in the request.
   struct ExecCgroup {
     uint64_t id = 0;
