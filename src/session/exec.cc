@@ -308,6 +308,13 @@ Result<std::shared_ptr<ExecState>> SessionManager::find_exec(const Caller& calle
   return it->second;
 }
 
+Error SessionManager::not_live_exec(const Caller& caller, const std::string& session_id, const std::string& exec_id,
+                                    Error why) {
+  assert_on_reactor();
+  if (why.code != ErrorCode::not_found || !store_.get_exec(caller.tenant_id, session_id, exec_id)) return why;
+  return Error{ErrorCode::conflict, 0, "exec " + exec_id + " has ended"};
+}
+
 void SessionManager::get_exec(const Caller& caller, const std::string& session_id, const std::string& exec_id,
                               Done<ExecRecord> done) {
   on_reactor([this, caller, session_id, exec_id, done = std::move(done)] {
@@ -383,7 +390,7 @@ void SessionManager::write_stdin(const Caller& caller, const std::string& sessio
                                  std::string data, bool close, Done<void> done) {
   on_reactor([=, this, data = std::move(data), done = std::move(done)]() mutable {
     auto found = find_exec(caller, session_id, exec_id);
-    if (!found) return done(std::unexpected(found.error()));
+    if (!found) return done(std::unexpected(not_live_exec(caller, session_id, exec_id, found.error())));
     std::shared_ptr<ExecState> e = *found;
     if (e->finished) return done(fail(ErrorCode::conflict, "exec " + exec_id + " has ended"));
     if (!running_or_later(e->session, [this, caller, session_id, exec_id, data, close, done](Result<void> r) mutable {
@@ -425,7 +432,12 @@ void SessionManager::kill_exec(const Caller& caller, const std::string& session_
                                KillSpec spec, Done<ExecRecord> done) {
   on_reactor([=, this, done = std::move(done)] {
     auto found = find_exec(caller, session_id, exec_id);
-    if (!found) return done(std::unexpected(found.error()));
+    if (!found) {
+      // Ended and forgotten: killing it again answers its final record, as before.
+      if (found.error().code == ErrorCode::not_found)
+        if (auto rec = store_.get_exec(caller.tenant_id, session_id, exec_id)) return done(*rec);
+      return done(std::unexpected(found.error()));
+    }
     std::shared_ptr<ExecState> e = *found;
     if (e->finished || !e->exec) return done(e->record);
     if (!running_or_later(e->session, [this, caller, session_id, exec_id, spec, done](Result<void> r) mutable {
@@ -452,7 +464,7 @@ void SessionManager::resize_exec(const Caller& caller, const std::string& sessio
                                  uint16_t cols, uint16_t rows, Done<void> done) {
   on_reactor([=, this, done = std::move(done)] {
     auto found = find_exec(caller, session_id, exec_id);
-    if (!found) return done(std::unexpected(found.error()));
+    if (!found) return done(std::unexpected(not_live_exec(caller, session_id, exec_id, found.error())));
     std::shared_ptr<ExecState> e = *found;
     if (e->finished || !e->exec) return done(fail(ErrorCode::conflict, "exec " + exec_id + " has ended"));
     // A paused session's processes take the SIGWINCH once thawed: no need to wait here.

@@ -311,7 +311,8 @@ class SessionManager {
   void boot_pooled(WarmPool& pool);
   void pooled_booted(WarmPool& pool, std::shared_ptr<Session> session,
                      Result<std::unique_ptr<runtime::Instance>> instance, std::chrono::steady_clock::time_point began);
-  void drop_pooled(WarmPool& pool, const std::shared_ptr<Session>& session, const std::string& why);
+  // `session` by value: callers pass pool.ready.front(), which the erase inside destroys.
+  void drop_pooled(WarmPool& pool, std::shared_ptr<Session> session, const std::string& why);
   void retry_pool_later(WarmPool& pool, const Error& why);
   void drain_pools();
 
@@ -329,6 +330,9 @@ class SessionManager {
   Result<std::shared_ptr<Session>> find_live(const Caller& caller, const std::string& id);
   Result<std::shared_ptr<ExecState>> find_exec(const Caller& caller, const std::string& session_id,
                                                const std::string& exec_id);
+  // Why an exec find_exec did not find cannot take input: it ended and was forgotten
+  // (its record is the store's: conflict), or there is no such exec (`why`).
+  Error not_live_exec(const Caller& caller, const std::string& session_id, const std::string& exec_id, Error why);
   void terminate(const std::shared_ptr<Session>& session, std::string state, std::string reason,
                  std::string message);
   void arm_session_timer(const std::shared_ptr<Session>& session);
