@@ -14,6 +14,7 @@
 #include <cstdio>
 
 #include "common/nofile.h"
+#include "obs/catalog.h"
 #include "session/exec_env.h"
 #include "session/manager.h"
 #include "session/state.h"
@@ -196,7 +197,7 @@ void SessionManager::pooled_booted(WarmPool& pool, std::shared_ptr<Session> sess
 }
 
 // Ends a pooled sandbox that was never claimed: its slot and grant go back.
-void SessionManager::drop_pooled(WarmPool& pool, const std::shared_ptr<Session>& session, const std::string& why) {
+void SessionManager::drop_pooled(WarmPool& pool, std::shared_ptr<Session> session, const std::string& why) {
   assert_on_reactor();
   std::erase(pool.ready, session);
   session->ended = true;
@@ -252,6 +253,7 @@ bool SessionManager::claim_pooled(const Caller& caller, const CreateSessionSpec&
     drop_pooled(pool, pool.ready.front(), "template " + tmpl->name + " has a new version");
   if (pool.ready.empty()) {
     ++pool.misses;
+    obs::catalog::pool_hits().add({tmpl->name, "miss"});
     asio::post(reactor_, [this] { fill_pools(); });
     return false;
   }
@@ -308,6 +310,7 @@ bool SessionManager::claim_pooled(const Caller& caller, const CreateSessionSpec&
     return answer(std::unexpected(c.error()));
   }
   ++pool.hits;
+  obs::catalog::pool_hits().add({s.tmpl.name, "hit"});
   add_sample(pool.claim_ms, claim_ms);
   s.timer = std::make_unique<asio::steady_timer>(reactor_);
   set_meter(r.id, s.instance->disk_meter(), 0);
