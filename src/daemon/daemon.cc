@@ -205,6 +205,7 @@ int run(const DaemonOptions& o) {
                                   .verdict = e.verdict, .rule = e.rule, .reason = e.reason,
                                   .cache_hit = e.cache_hit};
     if (auto w = db.insert_package_install(r); !w) say("recording a package install: " + w.error().message());
+    obs::catalog::package_installs().add({e.tenant_id, e.manager, e.cache_hit ? std::string("cache_hit") : e.verdict});
     obs::audit("package.install", {e.tenant_id, e.session_id, ""},
                {{"manager", e.manager}, {"name", e.name}, {"version", e.version}, {"registry", e.registry},
                 {"sha256", e.sha256}, {"size", e.size}, {"verdict", e.verdict}, {"rule", e.rule},

@@ -28,7 +28,9 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <utility>
 
+#include "common/token_bucket.h"
 #include "net/internal_service.h"
 #include "net/tls_hello.h"
 
@@ -110,7 +112,8 @@ struct Link {
 };
 
 struct Door {
-  Door(asio::io_context& io, std::string s, std::string t) : session_id(std::move(s)), tenant_id(std::move(t)), acceptor(io) {}
+  Door(asio::io_context& io, std::string s, std::string t, const EgressConfig& c)
+      : session_id(std::move(s)), tenant_id(std::move(t)), acceptor(io), records(c.records_per_second, c.record_burst) {}
   std::string session_id, tenant_id;
   tcp::acceptor acceptor;
   std::shared_ptr<const EgressPolicy> policy;
@@ -119,6 +122,11 @@ struct Door {
   // Pacing (egress.bandwidth_kbps): bytes are sent no earlier than `next_free`.
   Clock::time_point next_free{};
   Clock::time_point last_bandwidth_event{}, last_connection_event{};
+  // Recording (EgressConfig::records_per_second): attempts past the bucket are counted
+  // in `unrecorded` until they are summarised.
+  TokenBucket records;
+  UnrecordedAttempts unrecorded;
+  Clock::time_point unrecorded_since{};
 };
 
 }  // namespace
@@ -143,9 +151,39 @@ struct EgressProxy::Impl {
 
   double bytes_per_second() const { return static_cast<double>(config.bandwidth_kbps) * 1000.0 / 8.0; }
 
+  // I/O thread. An attempt of a closed door (its links finishing) is recorded as is:
+  // there are at most max_connections of those.
   void record(EgressAttempt a) {
     if (!observer) return;
+    auto it = doors.find(a.session_id);
+    if (it != doors.end()) {
+      Door& door = *it->second;
+      auto now = Clock::now();
+      if (!door.records.take(now)) {
+        count_unrecorded(door, a, now);
+        return;
+      }
+      flush_unrecorded(door);
+    }
     asio::post(records, [this, a = std::move(a)] { observer->on_attempt(a); });
+  }
+  void count_unrecorded(Door& door, const EgressAttempt& a, Clock::time_point now) {
+    UnrecordedAttempts& u = door.unrecorded;
+    if (u.total() == 0) {
+      u.first_ms = a.at_ms;
+      door.unrecorded_since = now;
+    }
+    ++(a.allowed ? u.allowed : u.denied);
+    u.bytes_up += a.bytes_up;
+    u.bytes_down += a.bytes_down;
+    u.last_ms = a.at_ms;
+    if (now - door.unrecorded_since >= kUnrecordedSummaryEvery) flush_unrecorded(door);
+  }
+  void flush_unrecorded(Door& door) {
+    if (door.unrecorded.total() == 0) return;
+    asio::post(records, [this, s = door.session_id, t = door.tenant_id, u = std::exchange(door.unrecorded, {})] {
+      observer->on_unrecorded(s, t, u);
+    });
   }
   void limit(Door& door, Clock::time_point& last, std::string kind, std::string detail) {
     auto now = Clock::now();
@@ -721,6 +759,7 @@ struct EgressProxy::Impl {
 
   void close(Door& door) {
     door.closed = true;
+    if (observer) flush_unrecorded(door);
     boost::system::error_code ignore;
     door.acceptor.close(ignore);
     for (Link* l : door.links) l->close();
@@ -807,7 +846,7 @@ void EgressProxy::add_service(std::shared_ptr<InternalService> service) {
 Result<void> EgressProxy::open_door(const std::string& session_id, const std::string& tenant_id, UniqueFd listener,
                                     EgressPolicy policy) {
   if (!listener) return fail(ErrorCode::internal, "no egress door listener for " + session_id);
-  auto door = std::make_shared<Door>(impl_->io, session_id, tenant_id);
+  auto door = std::make_shared<Door>(impl_->io, session_id, tenant_id, impl_->config);
   boost::system::error_code ec;
   door->acceptor.assign(tcp::v4(), listener.get(), ec);
   if (ec) return fail(ErrorCode::system, "egress door of " + session_id + ": " + ec.message());

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -38,6 +39,9 @@ class InternalService;
 // The inside address of every door.
 inline constexpr uint16_t kDoorPort = 3128;
 
+// How often a session whose attempts go unrecorded gets a summary while it goes on.
+inline constexpr std::chrono::seconds kUnrecordedSummaryEvery{10};
+
 // Daemon config `egress` (docs/operations.md).
 struct EgressConfig {
   std::vector<std::string> allow_cidrs;  // ranges let through despite the blocked ranges
@@ -48,6 +52,20 @@ struct EgressConfig {
   std::map<std::string, std::vector<std::string>> hosts;
   double connect_timeout_s = 10;
   double idle_timeout_s = 300;  // a connection with no byte either way this long is closed
+  // Per session, attempts recorded one by one: a burst of record_burst, then
+  // records_per_second. Past that they are counted, and the counts go out as one
+  // summary (EgressObserver::on_unrecorded): a sandbox that dials in a loop cannot
+  // turn the store, the audit and the daemon's memory into its own backlog.
+  double records_per_second = 20;
+  double record_burst = 200;
+};
+
+// Attempts of one session counted but not recorded one by one (EgressConfig above).
+struct UnrecordedAttempts {
+  uint64_t allowed = 0, denied = 0;
+  uint64_t bytes_up = 0, bytes_down = 0;
+  int64_t first_ms = 0, last_ms = 0;  // epoch ms of the first and the last one counted
+  uint64_t total() const { return allowed + denied; }
 };
 
 // One attempt, as recorded (GET /v1/sessions/{id}/egress).
@@ -69,6 +87,10 @@ class EgressObserver {
   virtual void on_attempt(const EgressAttempt& attempt) = 0;
   // A per-session limit was hit: kind "egress_bandwidth" or "egress_connections".
   virtual void on_limit(const std::string& session_id, const std::string& kind, const std::string& detail) = 0;
+  // Attempts past the session's record rate: once records flow again, every
+  // kUnrecordedSummaryEvery while they do not, and when the door closes.
+  virtual void on_unrecorded(const std::string& session_id, const std::string& tenant_id,
+                             const UnrecordedAttempts& counts) = 0;
 };
 
 class EgressProxy {

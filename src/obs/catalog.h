@@ -70,15 +70,15 @@ inline Family& auth_failures() {  // {transport}
   return metrics().counter("cela_auth_failures_total", "Requests refused by authentication", {"transport"});
 }
 
-// ---- hooks for the other modules (they count; nothing here fills them)
-inline Family& egress_verdicts() {  // {tenant, verdict: allowed|denied|error}
+// ---- counted by the other modules (session/egress.cc, daemon.cc, session/pool.cc)
+inline Family& egress_verdicts() {  // {tenant, verdict: allowed|denied}
   return metrics().counter("cela_egress_verdicts_total", "Egress proxy decisions, by tenant and verdict",
                            {"tenant", "verdict"});
 }
 inline Family& egress_bytes() {  // {tenant, direction: tx|rx}
   return metrics().counter("cela_egress_bytes_total", "Bytes relayed by the egress proxy", {"tenant", "direction"});
 }
-inline Family& package_installs() {  // {tenant, ecosystem, result}
+inline Family& package_installs() {  // {tenant, ecosystem, result: allowed|cache_hit|denied|failed}
   return metrics().counter("cela_package_installs_total", "Package gateway fetches, by tenant, ecosystem and result",
                            {"tenant", "ecosystem", "result"}, 128);
 }

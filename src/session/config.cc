@@ -58,7 +58,7 @@ Result<void> read_egress(Section& section, net::EgressConfig& e) {
   if (!*eg) return {};
   const JsonFields& s = **eg;
   ONLY(s, "allow_cidrs", "ca_file", "bandwidth_kbps", "max_connections", "hosts", "connect_timeout_s",
-       "idle_timeout_s");
+       "idle_timeout_s", "records_per_second", "record_burst");
   auto cidrs = s.string_array("allow_cidrs");
   if (!cidrs) return config_error(cidrs.error());
   if (*cidrs) e.allow_cidrs = **cidrs;
@@ -69,6 +69,11 @@ Result<void> read_egress(Section& section, net::EgressConfig& e) {
   TAKE(s, "max_connections", e.max_connections);
   TAKE(s, "connect_timeout_s", e.connect_timeout_s);
   TAKE(s, "idle_timeout_s", e.idle_timeout_s);
+  TAKE(s, "records_per_second", e.records_per_second);
+  TAKE(s, "record_burst", e.record_burst);
+  if (!(e.records_per_second > 0) || !(e.record_burst >= 1))
+    return fail(ErrorCode::invalid_argument,
+                "config: egress.records_per_second must be above 0 and egress.record_burst at least 1");
   auto hosts = s.object("hosts");
   if (!hosts) return config_error(hosts.error());
   if (*hosts) {

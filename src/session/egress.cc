@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "obs/audit.h"
+#include "obs/catalog.h"
 
 namespace cela::session {
 
@@ -35,7 +36,19 @@ std::vector<std::string> egress_env(bool with_ca) {
   return env;
 }
 
+namespace {
+
+void count(const std::string& tenant_id, uint64_t allowed, uint64_t denied, uint64_t up, uint64_t down) {
+  if (allowed) obs::catalog::egress_verdicts().add({tenant_id, "allowed"}, static_cast<double>(allowed));
+  if (denied) obs::catalog::egress_verdicts().add({tenant_id, "denied"}, static_cast<double>(denied));
+  if (up) obs::catalog::egress_bytes().add({tenant_id, "tx"}, static_cast<double>(up));
+  if (down) obs::catalog::egress_bytes().add({tenant_id, "rx"}, static_cast<double>(down));
+}
+
+}  // namespace
+
 void EgressRecorder::on_attempt(const net::EgressAttempt& a) {
+  count(a.tenant_id, a.allowed ? 1 : 0, a.allowed ? 0 : 1, a.bytes_up, a.bytes_down);
   store::EgressRecord r;
   r.session_id = a.session_id;
   r.tenant_id = a.tenant_id;
@@ -59,11 +72,28 @@ void EgressRecorder::on_attempt(const net::EgressAttempt& a) {
               {"duration_ms", a.duration_ms}});
 }
 
+void EgressRecorder::on_unrecorded(const std::string& session_id, const std::string& tenant_id,
+                                   const net::UnrecordedAttempts& u) {
+  count(tenant_id, u.allowed, u.denied, u.bytes_up, u.bytes_down);
+  obs::audit("egress.unrecorded", {tenant_id, session_id, ""},
+             {{"allowed", u.allowed}, {"denied", u.denied}, {"bytes_up", u.bytes_up}, {"bytes_down", u.bytes_down},
+              {"first_at", store::format_rfc3339(u.first_ms)}, {"last_at", store::format_rfc3339(u.last_ms)}});
+  store_limit(session_id, tenant_id, "egress_records",
+           std::to_string(u.total()) + " connection attempts (" + std::to_string(u.allowed) + " allowed, " +
+               std::to_string(u.denied) + " denied) from " + store::format_rfc3339(u.first_ms) + " to " +
+               store::format_rfc3339(u.last_ms) + " were over the session's record rate: counted, not listed");
+}
+
 void EgressRecorder::on_limit(const std::string& session_id, const std::string& kind, const std::string& detail) {
+  store_limit(session_id, "", kind, detail);
+}
+
+void EgressRecorder::store_limit(const std::string& session_id, const std::string& tenant_id, const std::string& kind,
+                                 const std::string& detail) {
   if (auto w = store_.insert_limit_event(session_id, {store::now_rfc3339(), kind, detail}); !w)
     std::fprintf(stderr, "cela: recording a limit event of %s failed: %s\n", session_id.c_str(),
                  w.error().message().c_str());
-  if (limit_hit_) limit_hit_(session_id, kind, detail);
+  if (limit_hit_) limit_hit_(session_id, tenant_id, kind, detail);
 }
 
 }  // namespace cela::session

@@ -38,13 +38,21 @@ std::vector<std::string> egress_env(bool with_ca);
 // its reactor: the session's limit events, metrics and event stream).
 class EgressRecorder final : public net::EgressObserver {
  public:
-  using LimitHit = std::function<void(const std::string& session_id, const std::string& kind, const std::string& detail)>;
+  // tenant_id: "" when the proxy did not say (a session that ended is then not told).
+  using LimitHit = std::function<void(const std::string& session_id, const std::string& tenant_id,
+                                      const std::string& kind, const std::string& detail)>;
   EgressRecorder(store::Store& store, LimitHit limit_hit) : store_(store), limit_hit_(std::move(limit_hit)) {}
   void on_attempt(const net::EgressAttempt& attempt) override;
   void on_limit(const std::string& session_id, const std::string& kind, const std::string& detail) override;
+  // Attempts past the record rate: counted in the metrics, one egress.unrecorded audit
+  // record with the counts, and an `egress_records` limit event.
+  void on_unrecorded(const std::string& session_id, const std::string& tenant_id,
+                     const net::UnrecordedAttempts& counts) override;
 
  private:
   store::Store& store_;
+  void store_limit(const std::string& session_id, const std::string& tenant_id, const std::string& kind,
+                   const std::string& detail);
   LimitHit limit_hit_;
 };
 

@@ -3,6 +3,8 @@
 #include <cstdio>
 
 #include "common/fs.h"
+#include "obs/audit.h"
+#include "obs/catalog.h"
 #include "session/manager.h"
 #include "session/session_fs.h"
 #include "session/state.h"
@@ -21,10 +23,16 @@ Result<void> SessionManager::open_egress() {
   if (!config_.listen.empty()) own.push_back(config_.listen);
   // Limits the proxy hits become the session's limit events (reactor-only state).
   egress_recorder_ = std::make_unique<EgressRecorder>(
-      store_, [this](const std::string& id, const std::string& kind, const std::string& detail) {
-        on_reactor([this, id, kind, detail] {
+      store_, [this](const std::string& id, const std::string& tenant, const std::string& kind, const std::string& detail) {
+        on_reactor([this, id, tenant, kind, detail] {
           if (auto it = sessions_.find(id); it != sessions_.end() && !it->second->ended)
-            limit_event(*it->second, kind, detail, "");
+            return limit_event(*it->second, kind, detail, "");
+          // A summary sent as the door closed reaches an ended session: the audit
+          // (where an ended session's limit events are read from) still gets it.
+          if (!tenant.empty()) {
+            obs::catalog::limit_events().add({tenant, kind});
+            obs::audit("limit." + kind, {tenant, id, ""}, {{"kind", kind}, {"detail", detail}});
+          }
         });
       });
   auto proxy = net::EgressProxy::start(config_.egress, own, egress_recorder_.get());

@@ -568,6 +568,86 @@ def test_a_connection_cap_hit_is_a_limit_event_of_the_session(servers):
         d.close()
 
 
+# Dials the door in a loop: each attempt is refused by policy.
+FLOOD = r"""
+import socket, sys
+for _ in range(int(sys.argv[1])):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+    s.sendall(b"CONNECT denied.test:443 HTTP/1.1\r\nHost: denied.test\r\n\r\n")
+    while s.recv(4096):
+        pass
+    s.close()
+print("done")
+"""
+
+
+def prom_value(text, family, **labels):
+    """The sum of a family's samples whose labels include `labels`."""
+    from prometheus_client.parser import text_string_to_metric_families
+    total = 0.0
+    for f in text_string_to_metric_families(text.decode()):
+        for s in f.samples:
+            if s.name == family and all(s.labels.get(k) == v for k, v in labels.items()):
+                total += s.value
+    return total
+
+
+def test_a_dialling_loop_is_counted_not_listed_one_by_one(servers):
+    d = Daemon(config={"egress": {"allow_cidrs": ["127.0.0.0/8"], "records_per_second": 1, "record_burst": 10,
+                                  "hosts": {"allowed.test": ["127.0.0.1"]}}}).start()
+    try:
+        hp = servers.port(servers.http)
+        sid = session(d, allow=[f"allowed.test:{hp}"])
+        before = prom_value(d.request("GET", "/metrics", raw=True)[1], "cela_egress_verdicts_total",
+                            verdict="denied")
+        status, r, _ = d.request("POST", f"/v1/sessions/{sid}/run",
+                                 {"argv": ["python3", "-c", FLOOD, "300"], "timeout_s": 120})
+        assert status == 200 and r["stdout"] == "done\n", r
+        listed = egress(d, sid, limit=500)["connections"]
+        assert 10 <= len(listed) < 60, len(listed)
+        d.delete(sid)
+        # The rest is one summary: in the audit with its counts, and a limit event.
+        status, audit, _ = d.request("GET", f"/v1/audit?session={sid}&kind=egress.unrecorded")
+        assert status == 200 and audit["records"], audit
+        unrecorded = sum(a["data"]["denied"] for a in audit["records"])
+        assert unrecorded + len(listed) == 300, (unrecorded, len(listed))
+        status, m, _ = d.request("GET", f"/v1/sessions/{sid}/metrics")
+        assert status == 200, m
+        events = [e for e in m["limit_events"] if e["kind"] == "egress_records"]
+        assert events and "over the session's record rate" in events[0]["detail"], m
+        # Prometheus counts every attempt, listed or not.
+        after = prom_value(d.request("GET", "/metrics", raw=True)[1], "cela_egress_verdicts_total",
+                           verdict="denied")
+        assert after - before == 300, (before, after)
+    finally:
+        d.close()
+
+
+def test_prometheus_counts_egress_verdicts_and_bytes(daemon, servers):
+    hp = servers.port(servers.http)
+    sid = session(daemon, allow=[f"allowed.test:{hp}"])
+    try:
+        # By tenant (the tests of this file run one at a time on this daemon).
+        text = daemon.request("GET", "/metrics", raw=True)[1]
+        before = {v: prom_value(text, "cela_egress_verdicts_total", verdict=v)
+                  for v in ("allowed", "denied")}
+        rx = prom_value(text, "cela_egress_bytes_total", direction="rx")
+        sh(daemon, sid, f"curl -sS --max-time 20 http://allowed.test:{hp}/hello.txt")
+        sh(daemon, sid, "curl -s --max-time 20 http://denied.test/")
+        sh(daemon, sid, "curl -s --max-time 20 http://denied.test/")
+
+        def counted():
+            t = daemon.request("GET", "/metrics", raw=True)[1]
+            return (prom_value(t, "cela_egress_verdicts_total", verdict="allowed") - before["allowed"],
+                    prom_value(t, "cela_egress_verdicts_total", verdict="denied") - before["denied"],
+                    prom_value(t, "cela_egress_bytes_total", direction="rx") - rx)
+        assert wait_until(lambda: counted()[:2] == (1, 2), timeout=10), counted()
+        assert counted()[2] > len("hello through the door\n"), counted()
+        assert b'cela_egress_verdicts_total{tenant="t-' in daemon.request("GET", "/metrics", raw=True)[1]
+    finally:
+        daemon.delete(sid)
+
+
 def test_bad_network_requests_are_refused(daemon):
     for body, status in (({"mode": "open"}, 400), ({"mode": "allowlist", "allow": ["*.*.x"]}, 400),
                          ({"mode": "allowlist", "allow": ["a.test:0"]}, 400),

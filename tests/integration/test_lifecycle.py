@@ -236,9 +236,18 @@ def test_pool_fills_in_the_background_and_get_pools_reports_it(pooled):
     assert status == 403, body
 
 
+def pool_requests(d, result):
+    """cela_pool_requests_total{template="base", result=…} from a real Prometheus parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+    _, text, _ = d.request("GET", "/metrics", raw=True)
+    return sum(s.value for f in text_string_to_metric_families(text.decode()) for s in f.samples
+               if s.name == "cela_pool_requests_total" and s.labels == {"template": "base", "result": result})
+
+
 def test_claim_is_fresh_belongs_to_the_claimer_and_the_pool_refills(pooled):
     wait_ready(pooled, 2)
     before = pools(pooled)[0]
+    prom_hits, prom_misses = pool_requests(pooled, "hit"), pool_requests(pooled, "miss")
     tenant, key = new_tenant_key(pooled)
     _, other = new_tenant_key(pooled)
     ids_before = pooled_ids(pooled)
@@ -273,6 +282,7 @@ def test_claim_is_fresh_belongs_to_the_claimer_and_the_pool_refills(pooled):
     after = pools(pooled)[0]
     assert after["hits"] == before["hits"] + 2, after
     assert after["misses"] == before["misses"], after  # the pool:false create is neither
+    assert (pool_requests(pooled, "hit") - prom_hits, pool_requests(pooled, "miss") - prom_misses) == (2, 0)
     assert after["claim_ms_p50"] is not None and after["claim_ms_p50"] < 5, after
     wait_ready(pooled, 2)
     assert not (pooled_ids(pooled) & {a.id, b.id}), "a claimed sandbox went back to the pool"
@@ -281,6 +291,7 @@ def test_claim_is_fresh_belongs_to_the_claimer_and_the_pool_refills(pooled):
 def test_creates_beyond_the_pool_are_misses_and_other_shapes_are_neither(pooled):
     wait_ready(pooled, 2)
     before = pools(pooled)[0]
+    prom_misses = pool_requests(pooled, "miss")
     made = []
     errors = []
 
@@ -302,6 +313,7 @@ def test_creates_beyond_the_pool_are_misses_and_other_shapes_are_neither(pooled)
         hits, misses = after["hits"] - before["hits"], after["misses"] - before["misses"]
         assert hits + misses == 5, after
         assert hits >= 2 and misses >= 1, after
+        assert pool_requests(pooled, "miss") - prom_misses == misses
     finally:
         for s in made + [other]:
             s.delete()

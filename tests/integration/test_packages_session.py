@@ -59,8 +59,19 @@ def installs(daemon, sid):
 PIP = "pip install --no-cache-dir --user --break-system-packages --disable-pip-version-check "
 
 
+def prom_installs(daemon, result):
+    """cela_package_installs_total{ecosystem="pypi", result=…} summed over tenants, parsed
+    by a real Prometheus parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+    _, text, _ = daemon.request("GET", "/metrics", raw=True)
+    return sum(s.value for f in text_string_to_metric_families(text.decode()) for s in f.samples
+               if s.name == "cela_package_installs_total" and s.labels.get("ecosystem") == "pypi"
+               and s.labels.get("result") == result)
+
+
 def test_pip_installs_inside_and_a_second_session_is_served_from_the_cache(world):
     daemon, registries = world
+    counted = {r: prom_installs(daemon, r) for r in ("allowed", "cache_hit")}
     sid = session(daemon, mode="gateway", allow=ALLOW, min_age_days=2)
     try:
         r = run(daemon, sid, PIP + "celademo && python3 -c 'import celademo; print(celademo.VERSION)'")
@@ -86,6 +97,9 @@ def test_pip_installs_inside_and_a_second_session_is_served_from_the_cache(world
         daemon.delete(second)
     # The records outlive the session.
     assert installs(daemon, sid)
+    # Prometheus counts the fetch that went upstream and the one served from the cache.
+    assert prom_installs(daemon, "allowed") - counted["allowed"] >= 1
+    assert prom_installs(daemon, "cache_hit") - counted["cache_hit"] >= 1
 
 
 def test_a_reset_session_still_installs_through_the_gateway(world):

@@ -162,6 +162,21 @@ class Recorder final : public EgressObserver {
     limits.push_back(session_id + " " + kind + " " + detail);
     cv_.notify_all();
   }
+  void on_unrecorded(const std::string& session_id, const std::string& tenant_id,
+                     const UnrecordedAttempts& u) override {
+    std::lock_guard lock(mu_);
+    unrecorded.push_back({session_id + " " + tenant_id, u});
+    cv_.notify_all();
+  }
+  std::vector<std::pair<std::string, UnrecordedAttempts>> wait_unrecorded(size_t n) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(10), [&] { return unrecorded.size() >= n; });
+    return unrecorded;
+  }
+  size_t attempt_count() {
+    std::lock_guard lock(mu_);
+    return attempts.size();
+  }
   std::vector<EgressAttempt> wait_attempts(size_t n) {
     std::unique_lock lock(mu_);
     cv_.wait_for(lock, std::chrono::seconds(10), [&] { return attempts.size() >= n; });
@@ -178,6 +193,7 @@ class Recorder final : public EgressObserver {
   std::condition_variable cv_;
   std::vector<EgressAttempt> attempts;
   std::vector<std::string> limits;
+  std::vector<std::pair<std::string, UnrecordedAttempts>> unrecorded;
 };
 
 // A tiny internal service: answers with who asked and what.
@@ -397,6 +413,52 @@ TEST(EgressProxy, BandwidthCapPacesTraffic) {
   auto limits = f.recorder.wait_limits(1);
   ASSERT_FALSE(limits.empty());
   EXPECT_NE(limits[0].find("egress_bandwidth"), std::string::npos);
+}
+
+// A sandbox that dials in a loop: past the burst its attempts are counted, not
+// recorded one by one, and the counts arrive as one summary when the door closes.
+TEST(EgressProxy, AttemptsPastTheRecordRateAreCountedInOneSummary) {
+  EgressConfig config;
+  config.records_per_second = 0.001;  // no refill within the test
+  config.record_burst = 5;
+  Fixture f(config);
+  for (int i = 0; i < 40; ++i) {
+    auto c = connect_to(f.door);
+    send_all(c.get(), "CONNECT api.evil.com:443 HTTP/1.1\r\n\r\n");
+    EXPECT_TRUE(read_until_closed(c.get()).starts_with("HTTP/1.1 403"));
+  }
+  EXPECT_EQ(f.recorder.wait_attempts(5).size(), 5u);
+  f.proxy->close_door("s-1");
+  auto u = f.recorder.wait_unrecorded(1);
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_EQ(u[0].first, "s-1 t-1");
+  EXPECT_EQ(u[0].second.denied, 35u);
+  EXPECT_EQ(u[0].second.allowed, 0u);
+  EXPECT_LE(u[0].second.first_ms, u[0].second.last_ms);
+  EXPECT_EQ(f.recorder.attempt_count(), 5u);
+}
+
+// Once the bucket has tokens again, the next recorded attempt is preceded by the
+// summary of those it skipped.
+TEST(EgressProxy, RecordsResumeAfterASummaryOnceTheRateAllows) {
+  EgressConfig config;
+  config.records_per_second = 20;
+  config.record_burst = 2;
+  Fixture f(config);
+  auto refuse = [&] {
+    auto c = connect_to(f.door);
+    send_all(c.get(), "CONNECT api.evil.com:443 HTTP/1.1\r\n\r\n");
+    read_until_closed(c.get());
+  };
+  for (int i = 0; i < 6; ++i) refuse();
+  std::this_thread::sleep_for(std::chrono::milliseconds(120));
+  refuse();
+  auto u = f.recorder.wait_unrecorded(1);
+  ASSERT_EQ(u.size(), 1u);
+  EXPECT_GE(u[0].second.denied, 1u);
+  // Every attempt is either listed or counted in the summary, none twice.
+  size_t listed = 7 - u[0].second.denied;
+  EXPECT_EQ(f.recorder.wait_attempts(listed).size(), listed);
 }
 
 TEST(EgressProxy, ClosingTheDoorEndsItsConnections) {
