@@ -14,7 +14,7 @@ DEB_PACKAGES := build-essential cmake pkg-config \
   python3 python3-pytest python3-prometheus-client python3-websockets debootstrap bubblewrap ca-certificates \
   nodejs umoci tmux python3-munkres python3-matplotlib
 
-.PHONY: deps openapi-deps e2b-deps build test unit serve bench bench-extra base-template code-interpreter-template format clean
+.PHONY: deps openapi-deps e2b-deps build test unit serve install deb bench bench-extra base-template code-interpreter-template format clean
 
 # npm: Debian's package unless an npm is already there (a nodejs package that bundles
 # its own npm conflicts with Debian's).
@@ -65,6 +65,17 @@ unit: build openapi-deps
 
 serve: build base-template
 	$(BUILD_DIR)/cela serve
+
+# The binary, the systemd unit, the default config (kept when one is there) and the
+# docs, under PREFIX (and DESTDIR when set). docs/operations.md "Install and run as a service".
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD_DIR) --prefix $(PREFIX)
+
+# A Debian package from the existing build directory (seconds, no rebuild):
+# $(BUILD_DIR)/packages/cela_<version>_amd64.deb, installed under /usr with /etc/cela.
+deb: build
+	cd $(BUILD_DIR) && cpack -G DEB -B packages
 
 # Every performance figure in one run, beside bubblewrap and runc: bench/out/report.json, report.md and report.png
 # (docs/development.md "Benchmarks"). BENCH_ARGS='--quick' or e.g. '--sessions 1000

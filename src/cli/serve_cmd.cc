@@ -15,7 +15,9 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--state-dir", o->state_dir, "State directory (default /var/lib/cela/state)");
   cmd->add_option("--max-sessions", o->max_sessions, "Host-wide session limit");
   cmd->add_flag("--dev", o->dev, "Dev mode: the dev-only `host` template, for local root on the unix socket");
-  cmd->callback([o, &exit_code] { exit_code = daemon::run(*o); });
+  auto check = std::make_shared<bool>(false);
+  cmd->add_flag("--check-config", *check, "Check the config and the options, print the effective settings, and exit");
+  cmd->callback([o, check, &exit_code] { exit_code = *check ? daemon::check_config(*o) : daemon::run(*o); });
 }
 
 }  // namespace cela::cli

@@ -56,21 +56,12 @@ Result<std::pair<std::string, uint16_t>> parse_listen(const std::string& listen)
   return std::pair{listen.substr(0, colon), static_cast<uint16_t>(port)};
 }
 
-}  // namespace
-
-int run(const DaemonOptions& o) {
-  auto say = [](const std::string& line) { obs::error(line); };
-  if (::geteuid() != 0) {
-    say("cela serve needs root (it creates namespaces, cgroups and id-mapped mounts)");
-    return 2;
-  }
+// The config file (or the embedded defaults) with the command line's overrides.
+Result<session::DaemonConfig> effective_config(const DaemonOptions& o) {
   session::DaemonConfig config;
   if (!o.config_file.empty()) {
     auto loaded = session::DaemonConfig::load(o.config_file);
-    if (!loaded) {
-      say(loaded.error().message());
-      return 2;
-    }
+    if (!loaded) return std::unexpected(loaded.error());
     config = *loaded;
   }
   if (!o.listen.empty()) config.listen = o.listen == "none" ? "" : o.listen;
@@ -83,6 +74,56 @@ int run(const DaemonOptions& o) {
     if (packages) config.packages = std::move(*packages);
   }
   if (config.packages.gateway.cache_dir.empty()) config.packages.gateway.cache_dir = config.state_dir + "/packages";
+  if (!config.listen.empty())
+    if (auto hp = parse_listen(config.listen); !hp) return std::unexpected(hp.error());
+  return config;
+}
+
+// A file the config names must be there and readable by the daemon.
+Result<void> readable(const std::string& key, const std::string& path) {
+  if (path.empty()) return {};
+  if (auto text = read_file(path); !text)
+    return fail(ErrorCode::invalid_argument, "config: " + key + " " + path + ": " + text.error().message());
+  return {};
+}
+
+}  // namespace
+
+int check_config(const DaemonOptions& o) {
+  auto config = effective_config(o);
+  if (!config) {
+    std::fprintf(stderr, "cela: %s\n", config.error().message().c_str());
+    return 2;
+  }
+  const session::DaemonConfig& c = *config;
+  for (auto [key, path] : {std::pair<const char*, const std::string*>{"egress.ca_file", &c.egress.ca_file},
+                           {"packages.ca_file", &c.packages.gateway.ca_file},
+                           {"packages.debian_keyring", &c.packages.debian_keyring}})
+    if (auto r = readable(key, *path); !r) {
+      std::fprintf(stderr, "cela: %s\n", r.error().message().c_str());
+      return 2;
+    }
+  std::printf("cela: config ok: %s\n", o.config_file.empty() ? "(embedded defaults)" : o.config_file.c_str());
+  std::printf("  socket %s, listen %s\n", c.socket_path.c_str(), c.listen.empty() ? "none" : c.listen.c_str());
+  std::printf("  state %s, templates %s, default template %s\n", c.state_dir.c_str(), c.templates_dir.c_str(),
+              c.default_template.c_str());
+  std::printf("  max_sessions %lld, pools %zu, audit %s, dev mode %s\n", static_cast<long long>(c.max_sessions),
+              c.pools.size(), c.audit.enabled ? "on" : "off", c.dev_mode ? "on" : "off");
+  return 0;
+}
+
+int run(const DaemonOptions& o) {
+  auto say = [](const std::string& line) { obs::error(line); };
+  if (::geteuid() != 0) {
+    say("cela serve needs root (it creates namespaces, cgroups and id-mapped mounts)");
+    return 2;
+  }
+  auto effective = effective_config(o);
+  if (!effective) {
+    say(effective.error().message());
+    return 2;
+  }
+  session::DaemonConfig config = std::move(*effective);
   obs::json_logs(config.json_logs);
   obs::catalog::register_all();
 

@@ -17,4 +17,10 @@ struct DaemonOptions {
 // configuration.
 int run(const DaemonOptions& options);
 
+// `cela serve --check-config`: reads the config and the overrides as run() would, checks
+// what can be checked without starting (the listen address, the files it names),
+// prints the effective settings that matter most, and answers 0, or 2 with the reason.
+// Needs no root and touches nothing.
+int check_config(const DaemonOptions& options);
+
 }  // namespace cela::daemon
