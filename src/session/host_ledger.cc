@@ -20,6 +20,7 @@ namespace {
 constexpr uint64_t kNoLimit = UINT64_MAX;
 constexpr const char* kLockName = ".lock";
 constexpr std::string_view kTmpPrefix = ".tmp-";
+constexpr uint64_t kHeaderMagic = 0x31726764656c6563;  // "celedgr1"
 
 std::string holder_name(const HostLedger::Holder& h) {
   return std::to_string(h.pid) + "-" + std::to_string(h.start);
@@ -44,6 +45,16 @@ HostGrant min_of(const HostGrant& a, const HostGrant& b) {
 
 // Saturating: a holder's file could say anything.
 uint64_t plus(uint64_t a, uint64_t b) { return a > kNoLimit - b ? kNoLimit : a + b; }
+
+HostGrant plus_of(const HostGrant& a, const HostGrant& b) {
+  return {plus(a.memory_mb, b.memory_mb), plus(a.pids, b.pids), plus(a.files, b.files)};
+}
+
+// Saturating at 0: totals a crash left short are set right by the next scan.
+HostGrant minus(const HostGrant& a, const HostGrant& b) {
+  return {a.memory_mb - std::min(a.memory_mb, b.memory_mb), a.pids - std::min(a.pids, b.pids),
+          a.files - std::min(a.files, b.files)};
+}
 
 bool alive(const HostLedger::Holder& h) {
   auto now = HostLedger::holder_of(h.pid);
@@ -121,33 +132,40 @@ Result<std::unique_ptr<HostLedger>> HostLedger::open(const std::string& dir, std
 HostLedger::~HostLedger() {
   if (!dir_fd_) return;
   std::lock_guard lock(mu_);
-  // Under the flock, with the generation bumped: others drop this process's grants
-  // from their copies at their next admit.
   bool locked = ::flock(lock_fd_.get(), LOCK_EX) == 0;
   ::unlinkat(dir_fd_.get(), name_.c_str(), 0);
   ::unlinkat(dir_fd_.get(), tmp_name_.c_str(), 0);
   if (locked) {
-    bump_generation();
+    // Our share leaves the totals (the strictest limit waits for the next scan).
+    if (auto h = read_header()) {
+      h->held = minus(h->held, published_);
+      write_header(*h);
+    }
     ::flock(lock_fd_.get(), LOCK_UN);
   }
 }
 
-uint64_t HostLedger::generation() const {
-  uint64_t g = 0;
-  // Short or failed (a new lock file): 0, and a fresh read follows the first bump.
-  if (::pread(lock_fd_.get(), &g, sizeof g, 0) != static_cast<ssize_t>(sizeof g)) return 0;
-  return g;
+std::optional<HostLedger::Header> HostLedger::read_header() const {
+  uint64_t v[7] = {};
+  if (::pread(lock_fd_.get(), v, sizeof v, 0) != static_cast<ssize_t>(sizeof v) || v[0] != kHeaderMagic)
+    return std::nullopt;  // a new lock file: the first scan writes it
+  return Header{{v[1], v[2], v[3]}, {v[4], v[5], v[6]}};
 }
 
-void HostLedger::bump_generation() {
-  uint64_t g = generation() + 1;
-  (void)!::pwrite(lock_fd_.get(), &g, sizeof g, 0);
+void HostLedger::write_header(const Header& h) {
+  uint64_t v[7] = {kHeaderMagic, h.held.memory_mb, h.held.pids, h.held.files,
+                   h.limit.memory_mb, h.limit.pids, h.limit.files};
+  (void)!::pwrite(lock_fd_.get(), v, sizeof v, 0);
 }
 
 Result<void> HostLedger::refresh(bool force) {
-  uint64_t gen = generation();
   auto now = std::chrono::steady_clock::now();
-  if (!force && gen == read_generation_ && now - read_at_ < cache_) return {};
+  auto header = read_header();
+  if (header && !force && now - scanned_at_ < cache_) {
+    others_ = minus(header->held, published_);
+    others_limit_ = header->limit;
+    return {};
+  }
   UniqueFd scan(::openat(dir_fd_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!scan) return sys_fail("open " + dir_);
   DIR* d = ::fdopendir(scan.get());
@@ -165,7 +183,7 @@ Result<void> HostLedger::refresh(bool force) {
       ::unlinkat(::dirfd(d), e->d_name, 0);
       continue;
     }
-    if (tmp) continue;  // a holder's update on its way in (it holds the lock... or died mid-write)
+    if (tmp) continue;  // a live holder's next update (it is renamed under the lock)
     UniqueFd f(::openat(::dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
     if (!f) continue;  // gone since readdir: its holder ended
     char buf[256];
@@ -181,8 +199,13 @@ Result<void> HostLedger::refresh(bool force) {
   ::closedir(d);
   others_ = held;
   others_limit_ = limit;
-  read_generation_ = gen;
-  read_at_ = now;
+  // The totals again from the files of live holders, ours included: what dead holders
+  // (or one that died between its file and the totals) left there is gone.
+  if (published_limit_) limit = min_of(limit, *published_limit_);
+  write_header({{plus(held.memory_mb, published_.memory_mb), plus(held.pids, published_.pids),
+                 plus(held.files, published_.files)},
+                limit});
+  scanned_at_ = now;
   return {};
 }
 
@@ -197,10 +220,13 @@ Result<void> HostLedger::publish() {
   f.reset();
   if (::renameat(dir_fd_.get(), tmp_name_.c_str(), dir_fd_.get(), name_.c_str()) != 0)
     return sys_fail("rename " + dir_ + "/" + tmp_name_);
-  // Our own write leaves the others as they were: our copy stays good.
-  bool current = read_generation_ == generation();
-  bump_generation();
-  if (current) read_generation_ = generation();
+  // The totals follow our file in the same turn of the lock.
+  Header h = read_header().value_or(Header{others_, others_limit_});
+  h.held = plus_of(minus(h.held, published_), mine_);
+  h.limit = min_of(h.limit, limit_);
+  write_header(h);
+  published_ = mine_;
+  published_limit_ = limit_;
   return {};
 }
 
@@ -227,12 +253,12 @@ Result<void> HostLedger::take(const HostGrant& grant, const HostGrant& limit) {
   std::lock_guard lock(mu_);
   Flock flock(lock_fd_.get());
   if (!flock.ok()) return sys_fail("flock " + dir_ + "/" + kLockName);
-  auto read_before = read_at_;
+  auto scanned_before = scanned_at_;
   if (auto r = refresh(false); !r) return r;
   auto fits = [&] { return check_host_tables(mine_, others_, grant, min_of(limit, others_limit_), dir_); };
   auto ok = fits();
   // A refusal on a kept copy, which may still count holders that died since: read again first.
-  if (!ok && read_at_ == read_before) {
+  if (!ok && scanned_at_ == scanned_before) {
     if (auto r = refresh(true); !r) return r;
     ok = fits();
   }

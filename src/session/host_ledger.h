@@ -8,9 +8,10 @@
 // recycled pid is not taken for its old holder), holding what that process holds now
 // and the limit it admits against. A file is only replaced whole (a temp file renamed
 // over it). Every admit decision runs under an flock on `<dir>/.lock`, so two processes
-// cannot both slip through; the lock file also carries a generation counter that every
-// change bumps, so a process re-reads the others' files only when one changed (or its
-// copy is older than `cache`, to notice holders that died), not on every admit.
+// cannot both slip through. The lock file also carries the totals of all holders, which
+// each holder changes in the same turn of the lock as its own file: an admit reads
+// those (one pread) and scans the directory only when its last scan is older than
+// `cache` or before it refuses, to drop what holders that died left in the totals.
 // Files of dead holders (pid gone, or alive with another start time) are ignored and
 // removed; no other file in the directory is ever touched.
 //
@@ -28,6 +29,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -65,8 +67,8 @@ class HostLedger {
   // The live process `pid` (0: this one; a zombie counts as gone), or not_found.
   static Result<Holder> holder_of(pid_t pid, const std::string& proc = "/proc");
 
-  // Opens `dir` (made 0755 if missing) for this process. `cache`: how long the sum of
-  // the others is trusted while the generation stays the same.
+  // Opens `dir` (made 0755 if missing) for this process. `cache`: how long
+  // the lock file's totals are trusted before the directory is scanned again.
   static Result<std::unique_ptr<HostLedger>> open(const std::string& dir,
                                                   std::chrono::milliseconds cache = std::chrono::milliseconds(250));
   ~HostLedger();  // removes this process's file
@@ -93,11 +95,16 @@ class HostLedger {
 
  private:
   HostLedger() = default;
-  // The lock is held by the caller (flock) and mu_.
+  // The lock file's header: what all holders hold (each holder adds its changes in
+  // the same turn of the lock as its file) and the strictest limit they declare.
+  struct Header {
+    HostGrant held, limit;
+  };
+  // The caller holds mu_ and the flock.
+  std::optional<Header> read_header() const;
+  void write_header(const Header& h);
   Result<void> refresh(bool force);
   Result<void> publish();
-  uint64_t generation() const;
-  void bump_generation();
 
   std::string dir_, name_, tmp_name_;
   Holder self_;
@@ -106,11 +113,13 @@ class HostLedger {
 
   mutable std::mutex mu_;
   HostGrant mine_, limit_{UINT64_MAX, UINT64_MAX, UINT64_MAX};
-  // The others, as last read: what they hold, the strictest limit they declare, the
-  // generation then and when.
+  // What our file (and our share of the header) says.
+  HostGrant published_;
+  std::optional<HostGrant> published_limit_;
+  // The others as last worked out (header minus our share, or a scan), and when the
+  // directory was last scanned.
   HostGrant others_, others_limit_{UINT64_MAX, UINT64_MAX, UINT64_MAX};
-  uint64_t read_generation_ = UINT64_MAX;
-  std::chrono::steady_clock::time_point read_at_{};
+  std::chrono::steady_clock::time_point scanned_at_{};
 };
 
 // A grant taken from a ledger, given back when this is dropped (`cela run`, build steps).

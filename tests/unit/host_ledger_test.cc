@@ -100,7 +100,8 @@ TEST_F(HostLedgerTest, TwoLedgersInOneDirSeeEachOthersGrants) {
     return 0;
   });
   ASSERT_EQ(other.read(), 'T');
-  // A cache far longer than the test: only the generation can tell us the other changed.
+  // A scan interval far longer than the test: only the lock file's totals can tell us
+  // the other changed.
   auto ledger = HostLedger::open(dir_, std::chrono::hours(1));
   ASSERT_TRUE(ledger) << ledger.error().message();
   auto others = (*ledger)->others();
@@ -119,7 +120,7 @@ TEST_F(HostLedgerTest, TwoLedgersInOneDirSeeEachOthersGrants) {
 
   other.write('g');
   ASSERT_EQ(other.read(), 'G');
-  // The other's give-back bumped the generation: our kept copy is not used.
+  // The other's give-back left the totals in the same turn of the lock.
   EXPECT_TRUE((*ledger)->take({600, 10, 100}, kLimit));
   other.write('x');
   EXPECT_EQ(reap(other), 0);
@@ -209,8 +210,9 @@ TEST_F(HostLedgerTest, ConcurrentAdmitsUnderTheLockNeverPassTheLimit) {
 }
 
 // Not a check: the cost of one admit (take + give_back) with 32 live holders in the
-// directory, with the kept copy and with a read of the directory every time. Run:
-//   build/tests/cela_unit_tests --gtest_filter='HostLedgerTest.CostPerAdmit'
+// directory, with the lock file's totals and with a scan of the directory every time.
+// Run (CELA_LEDGER_TEST_TMP: where the ledger dir is made, /tmp by default):
+//   CELA_LEDGER_TEST_TMP=/dev/shm build/tests/cela_unit_tests --gtest_filter='HostLedgerTest.CostPerAdmit'
 TEST_F(HostLedgerTest, CostPerAdmit) {
   // Live holders: children of this test, each holding a grant until told.
   std::vector<Child> holders;
