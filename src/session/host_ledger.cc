@@ -226,7 +226,7 @@ Result<void> HostLedger::publish() {
   if (::renameat(dir_fd_.get(), tmp_name_.c_str(), dir_fd_.get(), name_.c_str()) != 0)
     return sys_fail("rename " + dir_ + "/" + tmp_name_);
   // The totals follow our file in the same turn of the lock.
-  Header h = read_header().value_or(Header{others_, others_limit_});
+  Header h = read_header().value_or(Header{plus_of(others_, published_), others_limit_});
   h.held = plus_of(minus(h.held, published_), mine_);
   h.limit = min_of(h.limit, limit_);
   write_header(h);
@@ -305,6 +305,7 @@ Result<void> HostLedger::declare(const HostGrant& limit) {
   std::lock_guard lock(mu_);
   Flock flock(lock_fd_.get());
   if (!flock.ok()) return sys_fail("flock " + dir_ + "/" + kLockName);
+  if (auto r = refresh(false); !r) return r;  // the header, before our share joins it
   limit_ = limit;
   return publish();
 }
