@@ -30,6 +30,7 @@
 #include "rootfs/template.h"
 #include "runtime/jail.h"
 #include "runtime/outcome.h"
+#include "session/admission.h"
 #include "session/exec_env.h"
 
 namespace cela::cli {
@@ -57,8 +58,12 @@ struct RunOptions {
   bool tty = false;          // -t: on a pty, our terminal in raw mode
   bool interactive = false;  // -i: stdin is forwarded anyway; accepted as docker's
   std::string templates_dir = "/var/lib/cela/templates";
+  std::string ledger_dir = "/run/cela/grants";  // "" = no host-wide admission
   std::vector<std::string> command;
 };
+
+// The host's admission tables are full (sysexits.h EX_TEMPFAIL: try again later).
+constexpr int kExitTempFail = 75;
 
 // A usage error: one line on stderr, exit code 2.
 struct UsageError {
@@ -359,6 +364,27 @@ int run(const RunOptions& o) {
     out_fd = 2;  // stdout carries only the JSON result
   }
 
+  // The jail's memory, pids and open files, taken from the host-wide ledger before it
+  // starts and given back once it is gone (`admission` outlives the sandbox).
+  std::optional<session::LocalAdmission> admission;
+  session::HeldGrant held;
+  if (!o.ledger_dir.empty()) {
+    auto local = session::LocalAdmission::open(o.ledger_dir);
+    if (!local) {
+      say("host admission ledger " + o.ledger_dir + ": " + local.error().message());
+      return kExitFailed;
+    }
+    admission = std::move(*local);
+    uint64_t memory_mb = (plan->spec.limits.memory_bytes + (1 << 20) - 1) >> 20;
+    auto grant = session::HostGrant::of(memory_mb, plan->spec.limits.pids, plan->process.nofile);
+    auto h = session::HeldGrant::take(*admission->ledger, grant, admission->limit);
+    if (!h) {
+      say(h.error().message() + "; try again later");
+      return kExitTempFail;
+    }
+    held = std::move(*h);
+  }
+
   // Blocked before clone, so the sandbox never runs our handlers.
   UniqueFd signal_fd = block_stop_signals();
   UniqueFd winch_fd = o.tty ? block_winch() : UniqueFd();
@@ -449,10 +475,15 @@ void add_run_command(CLI::App& app, int& exit_code) {
                 "Turn no_new_privs off so setuid (sudo) reaches user-namespace root (default: as the template says)");
   cmd->add_flag("--no-allow-sudo", opts->no_allow_sudo, "Keep no_new_privs on even if the template ships sudo");
   cmd->add_option("--templates-dir", opts->templates_dir, "Template store")->capture_default_str();
+  cmd->add_option("--ledger-dir", opts->ledger_dir,
+                  "Host-wide admission ledger shared with cela daemons and builds (\"\" = none)")
+      ->envname("CELA_LEDGER_DIR")
+      ->capture_default_str();
   cmd->add_option("command", opts->command, "CMD [ARGS...] after --")->expected(-1);
   cmd->footer(
       "Exit code: the command's own; 128+N when killed by signal N; 124 timed out; 121 memory limit (OOM); "
-      "125 sandbox failure; 126 cannot execute; 127 command not found; 2 bad usage.");
+      "125 sandbox failure; 126 cannot execute; 127 command not found; 2 bad usage; 75 the host's admission "
+      "tables are full (other cela processes hold them: try again later).");
   cmd->callback([opts, &exit_code] { exit_code = run(*opts); });
 }
 

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "cli/client_common.h"
 #include "cli/local_tar.h"
@@ -21,6 +22,7 @@
 #include "common/json_fields.h"
 #include "rootfs/build_spec.h"
 #include "runtime/jail.h"
+#include "session/admission.h"
 #include "session/oci_import.h"
 #include "session/template_build.h"
 
@@ -34,6 +36,7 @@ struct BuildOpts {
   rootfs::TemplateStore* store = nullptr;
   std::string name, file, context, path;
   std::vector<std::string> build_args;
+  std::string ledger_dir;
 };
 
 bool daemon_given(const Conn& c) {
@@ -208,8 +211,17 @@ int build_local(const BuildOpts& o, const rootfs::BuildSpec& spec) {
   auto packages = session::LocalBuildPackages::open(o.store->cache + "/packages",
                                                     [&listener](const std::string& line) { listener.log(line); });
   if (!packages) return report(packages.error());
+  // Each run step's jail takes its grant from the host-wide ledger, as in a daemon.
+  std::optional<session::LocalAdmission> admission;
+  session::BuildAdmission build_admission;
+  if (!o.ledger_dir.empty()) {
+    auto local = session::LocalAdmission::open(o.ledger_dir);
+    if (!local) return report(local.error());
+    admission = std::move(*local);
+    build_admission = {admission->ledger.get(), admission->limit};
+  }
   auto t = session::run_build(**backend, catalog, request, session::BuildLimits{}, listener, cancel,
-                              &(*packages)->packages());
+                              &(*packages)->packages(), build_admission);
   if (!t) return report(t.error());
   std::printf("%s@%s\n", t->name.c_str(), t->version.c_str());
   return 0;
@@ -248,6 +260,7 @@ int build_from_file(const rootfs::TemplateStore& store, const std::string& name,
   o.file = b.file;
   o.context = b.context;
   o.build_args = b.build_args;
+  o.ledger_dir = b.ledger_dir;
   auto spec = read_spec(o);
   if (!spec) return report(spec.error());
   return daemon_given(o.conn) ? build_remote(o, *spec) : build_local(o, *spec);

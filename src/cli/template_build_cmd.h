@@ -15,6 +15,7 @@ struct TemplateFileBuild {
   Conn conn;
   std::string file, context;
   std::vector<std::string> build_args;
+  std::string ledger_dir = "/run/cela/grants";  // a local build's host-wide admission ("" = none)
 };
 
 // Exit code: 0, or kClientExitError/kClientExitUsage.

@@ -113,6 +113,11 @@ void add_template_commands(CLI::App& app, int& exit_code) {
   build_cmd->add_option("--context", opts->from_file.context,
                         "Directory COPY sources are read from (default: FILE's directory)");
   build_cmd->add_option("--build-arg", opts->from_file.build_args, "ARG value K=V (Dockerfile)");
+  build_cmd->add_option("--ledger-dir", opts->from_file.ledger_dir,
+                        "Host-wide admission ledger a local -f build's run steps take their grants from "
+                        "(\"\" = none)")
+      ->envname("CELA_LEDGER_DIR")
+      ->capture_default_str();
   add_conn(build_cmd, opts->from_file.conn);
   build_cmd->add_flag("--force", opts->force,
                       "Rebuild even when the current version is up to date");

@@ -62,10 +62,6 @@ void Admission::close(const Error& why) {
   }
 }
 
-HostGrant HostGrant::of(const SessionLimits& limits, uint64_t nofile) {
-  return {limits.memory_mb, limits.pids, nofile * limits.pids};
-}
-
 Result<HostCapacity> HostCapacity::measure(const AdmissionConfig& config, const std::string& proc) {
   HostCapacity c{config.host_memory_mb, config.host_pids, config.host_files};
   if (!c.memory_mb) {
@@ -93,31 +89,35 @@ Result<HostCapacity> HostCapacity::measure(const AdmissionConfig& config, const 
   return c;
 }
 
-void Admission::set_host(const HostCapacity& capacity, const AdmissionConfig& overcommit) {
+HostGrant host_limit(const HostCapacity& capacity, const AdmissionConfig& overcommit) {
   auto times = [](uint64_t have, double ratio) {
     double v = std::floor(static_cast<double>(have) * ratio);
     return v >= 1.8e19 ? UINT64_MAX : static_cast<uint64_t>(v);
   };
-  limit_ = HostGrant{times(capacity.memory_mb, overcommit.memory_overcommit),
-                     times(capacity.pids, overcommit.pids_overcommit),
-                     times(capacity.files, overcommit.files_overcommit)};
+  return HostGrant{times(capacity.memory_mb, overcommit.memory_overcommit),
+                   times(capacity.pids, overcommit.pids_overcommit),
+                   times(capacity.files, overcommit.files_overcommit)};
+}
+
+Result<LocalAdmission> LocalAdmission::open(const std::string& ledger_dir) {
+  AdmissionConfig defaults;
+  auto capacity = HostCapacity::measure(defaults);
+  if (!capacity) return std::unexpected(capacity.error());
+  auto ledger = HostLedger::open(ledger_dir);
+  if (!ledger) return std::unexpected(ledger.error());
+  return LocalAdmission{std::move(*ledger), host_limit(*capacity, defaults)};
+}
+
+void Admission::set_host(const HostCapacity& capacity, const AdmissionConfig& overcommit, HostLedger* ledger) {
+  limit_ = host_limit(capacity, overcommit);
+  ledger_ = ledger;
 }
 
 Result<void> Admission::take(const HostGrant& grant) {
-  if (limit_) {
-    struct Table {
-      const char* what;
-      uint64_t granted, asked, limit;
-    } tables[] = {{"MiB of session memory", granted_.memory_mb, grant.memory_mb, limit_->memory_mb},
-                  {"session pids", granted_.pids, grant.pids, limit_->pids},
-                  {"session open files", granted_.files, grant.files, limit_->files}};
-    for (const Table& t : tables) {
-      if (t.asked <= t.limit && t.granted <= t.limit - t.asked) continue;
-      return fail(ErrorCode::capacity_exceeded, "host admission: " + std::to_string(t.granted) + " " + t.what +
-                                                    " granted to live sessions; " + std::to_string(t.asked) +
-                                                    " more would pass the host's " + std::to_string(t.limit) +
-                                                    " (what it has times the overcommit ratio)");
-    }
+  if (limit_ && ledger_) {
+    if (auto r = ledger_->take(grant, *limit_); !r) return r;
+  } else if (limit_) {
+    if (auto r = check_host_tables(granted_, {}, grant, *limit_); !r) return r;
   }
   granted_.memory_mb += grant.memory_mb;
   granted_.pids += grant.pids;
@@ -126,6 +126,7 @@ Result<void> Admission::take(const HostGrant& grant) {
 }
 
 void Admission::give_back(const HostGrant& grant) {
+  if (limit_ && ledger_) ledger_->give_back(grant);
   granted_.memory_mb -= std::min(granted_.memory_mb, grant.memory_mb);
   granted_.pids -= std::min(granted_.pids, grant.pids);
   granted_.files -= std::min(granted_.files, grant.files);

@@ -4,6 +4,9 @@
 // sessions against what the host has times an overcommit ratio) and tenant quotas
 // (live sessions, total memory, cpus per session).
 //
+// The limit of the tables also holds what a host-wide ledger says other cela processes
+// hold (host_ledger.h), when the daemon has one.
+//
 // Reactor-only. Quotas are checked against the store's live sessions; the check and
 // the insert that follows run in one reactor turn, so two creates cannot both slip
 // through.
@@ -21,19 +24,12 @@
 
 #include "common/error.h"
 #include "session/config.h"
+#include "session/host_ledger.h"
 #include "session/types.h"
 #include "store/records.h"
 #include "store/store.h"
 
 namespace cela::session {
-
-// What one session may take of the host's shared tables: its memory limit, its pids
-// limit (every sandbox process holds a host pid) and its open files (the RLIMIT_NOFILE
-// of its processes times their number: what the kernel lets it hold against fs.file-max).
-struct HostGrant {
-  uint64_t memory_mb = 0, pids = 0, files = 0;
-  static HostGrant of(const SessionLimits& limits, uint64_t nofile);
-};
 
 // What the host has of each, before overcommit.
 struct HostCapacity {
@@ -41,6 +37,18 @@ struct HostCapacity {
   // MemTotal, min(kernel.pid_max, kernel.threads-max) and fs.file-max, read under
   // `proc`; a nonzero value in `config` replaces the measured one.
   static Result<HostCapacity> measure(const AdmissionConfig& config, const std::string& proc = "/proc");
+};
+
+// What the host's tables admit: what it has times the overcommit ratios.
+HostGrant host_limit(const HostCapacity& capacity, const AdmissionConfig& overcommit);
+
+// The ledger and limit of a process without a daemon (`cela run`, a local `cela template
+// build`): the host measured, the default overcommit ratios (the strictest limit a live
+// daemon declares in the ledger applies too).
+struct LocalAdmission {
+  std::unique_ptr<HostLedger> ledger;
+  HostGrant limit;
+  static Result<LocalAdmission> open(const std::string& ledger_dir);
 };
 
 class Admission {
@@ -58,8 +66,12 @@ class Admission {
   bool full() const { return reserved_ >= max_; }
   int64_t reserved() const { return reserved_; }
 
-  // The host's shared tables: until set, grants are not checked.
-  void set_host(const HostCapacity& capacity, const AdmissionConfig& overcommit);
+  // The host's shared tables: until set, grants are not checked. With `ledger` (which
+  // outlives this), grants are also recorded there and admitted against what other
+  // cela processes on the host hold (host_ledger.h).
+  void set_host(const HostCapacity& capacity, const AdmissionConfig& overcommit, HostLedger* ledger = nullptr);
+  // capacity × overcommit, once set_host ran.
+  const std::optional<HostGrant>& limit() const { return limit_; }
   // Adds `grant` to what live sessions hold, or capacity_exceeded naming the table it
   // would overfill (nothing taken then).
   Result<void> take(const HostGrant& grant);
@@ -82,6 +94,7 @@ class Admission {
   int64_t max_;
   int64_t reserved_ = 0;
   std::optional<HostGrant> limit_;  // capacity × overcommit
+  HostLedger* ledger_ = nullptr;
   HostGrant granted_;
   std::list<Waiter> waiters_;
   std::optional<Error> closed_;

@@ -214,7 +214,8 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   if (!adm) return std::unexpected(adm.error());
   if (*adm) {
     const JsonFields& s = **adm;
-    ONLY(s, "overcommit", "host");
+    ONLY(s, "overcommit", "host", "ledger_dir");
+    TAKE(s, "ledger_dir", c.admission.ledger_dir);
     auto over = s.object("overcommit");
     if (!over) return config_error(over.error());
     if (*over) {
@@ -383,6 +384,8 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   for (double ratio : {c.admission.memory_overcommit, c.admission.pids_overcommit, c.admission.files_overcommit})
     if (!(ratio > 0) || ratio > 1e6)
       return fail(ErrorCode::invalid_argument, "config: admission.overcommit ratios must be > 0");
+  if (!c.admission.ledger_dir.empty() && !c.admission.ledger_dir.starts_with("/"))
+    return fail(ErrorCode::invalid_argument, "config: admission.ledger_dir must be an absolute path (or \"\")");
   if (c.exec_nofile < 16) return fail(ErrorCode::invalid_argument, "config: exec_nofile must be >= 16");
   if (c.uid_slots < 1 || c.uid_slots > runtime::kMaxUidSlots)
     return fail(ErrorCode::invalid_argument, "config: uid_slots must be 1.." + std::to_string(runtime::kMaxUidSlots));

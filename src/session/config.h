@@ -66,7 +66,8 @@ struct BlockIoConfig {
 
 // Host admission: the sum of what live sessions are granted (memory limit, pids,
 // open files) stays within what the host has times an overcommit ratio; past it,
-// creates answer 503 capacity_exceeded.
+// creates answer 503 capacity_exceeded. Other cela processes' grants count too,
+// through the ledger in `ledger_dir`.
 struct AdmissionConfig {
   double memory_overcommit = 2.0;
   double pids_overcommit = 2.0;
@@ -74,6 +75,9 @@ struct AdmissionConfig {
   // What the host has; 0 = measured at start (MemTotal, min(pid_max, threads-max),
   // fs.file-max).
   uint64_t host_memory_mb = 0, host_pids = 0, host_files = 0;
+  // The host-wide ledger every cela process on the host (daemons, `cela run`, template
+  // builds) records its grants in (session/host_ledger.h); "" = this daemon's alone.
+  std::string ledger_dir = "/run/cela/grants";
 };
 
 // The HTTP edge (docs/operations.md "Connections", api/connection_slots.h). A count of 0

@@ -82,16 +82,28 @@ Result<std::unique_ptr<SessionManager>> SessionManager::open(const DaemonConfig&
   if (!backend) return std::unexpected(backend.error());
   m->backend_ = std::move(*backend);
   for (const auto& note : m->backend_->notes()) std::fprintf(stderr, "cela: %s\n", note.c_str());
-  m->builds_ = std::make_unique<TemplateBuilds>(*m->backend_, m->catalog(), BuildLimits{});
-  if (auto r = m->open_egress(); !r) return std::unexpected(r.error());
   auto capacity = HostCapacity::measure(config.admission);
   if (!capacity) return std::unexpected(capacity.error());
-  m->admission_.set_host(*capacity, config.admission);  // before the reactor runs
+  if (!config.admission.ledger_dir.empty()) {
+    auto ledger = HostLedger::open(config.admission.ledger_dir);
+    if (!ledger) return fail(ErrorCode::system, "admission.ledger_dir: " + ledger.error().message());
+    m->ledger_ = std::move(*ledger);
+  }
+  m->admission_.set_host(*capacity, config.admission, m->ledger_.get());  // before the reactor runs
+  if (m->ledger_) {
+    // Published before any session: a `cela run` keeps within this daemon's figures.
+    if (auto d = m->ledger_->declare(*m->admission_.limit()); !d)
+      return fail(ErrorCode::system, "admission.ledger_dir: " + d.error().message());
+  }
+  m->builds_ = std::make_unique<TemplateBuilds>(*m->backend_, m->catalog(), BuildLimits{},
+                                                BuildAdmission{m->ledger_.get(), *m->admission_.limit()});
+  if (auto r = m->open_egress(); !r) return std::unexpected(r.error());
   std::fprintf(stderr,
                "cela: admission: the host has %llu MiB, %llu pids, %llu open files; overcommit %g, %g, %g\n",
                static_cast<unsigned long long>(capacity->memory_mb), static_cast<unsigned long long>(capacity->pids),
                static_cast<unsigned long long>(capacity->files), config.admission.memory_overcommit,
                config.admission.pids_overcommit, config.admission.files_overcommit);
+  if (m->ledger_) std::fprintf(stderr, "cela: admission: host-wide ledger %s\n", m->ledger_->dir().c_str());
   if (auto r = make_dirs(m->output_dir_, 0700); !r) return std::unexpected(r.error());
   if (!config.packages.debian_keyring.empty()) {
     auto keyring = read_file(config.packages.debian_keyring);

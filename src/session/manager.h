@@ -440,6 +440,10 @@ class SessionManager {
   rootfs::TemplateStore templates_;
   rootfs::VolumeStore volumes_;
   std::unique_ptr<runtime::Backend> backend_;
+  // The host-wide grant ledger (admission.ledger_dir; null when ""): sessions take
+  // through admission_ on the reactor, build steps on the build thread (thread-safe).
+  // Outlives both.
+  std::unique_ptr<HostLedger> ledger_;
   std::string output_dir_;
   // The recorder outlives the proxy that reports to it.
   std::unique_ptr<EgressRecorder> egress_recorder_;

@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "common/encoding.h"
+#include "common/nofile.h"
 #include "common/sha256.h"
 #include "net/egress_proxy.h"
 #include "net/package_gateway.h"
@@ -117,8 +118,9 @@ class Builder {
  public:
   Builder(runtime::Backend& backend, const BuildLimits& limits, BuildListener& listener,
           const std::atomic<bool>& cancel, std::vector<std::pair<std::string, std::string>> binds,
-          const BuildPackages* packages, std::string tenant_id)
+          const BuildPackages* packages, std::string tenant_id, const BuildAdmission& admission)
       : backend_(backend),
+        admission_(admission),
         limits_(limits),
         listener_(listener),
         cancel_(cancel),
@@ -139,6 +141,13 @@ class Builder {
     is.limits = {limits_.memory_mb << 20, limits_.cpus, limits_.pids};
     const bool door = packages_ && layer;  // only steps that make a layer install anything
     if (door) is.door_port = net::kDoorPort;
+    // Held until the sandbox is gone (declared first: dropped last).
+    HeldGrant held;
+    if (admission_.ledger) {
+      auto h = HeldGrant::take(*admission_.ledger, admission_.grant(limits_), admission_.limit);
+      if (!h) return std::unexpected(h.error());
+      held = std::move(*h);
+    }
     auto instance = backend_.start(is);
     if (!instance) return std::unexpected(instance.error());
     auto& inst = **instance;
@@ -230,6 +239,7 @@ class Builder {
   }
 
   runtime::Backend& backend_;
+  const BuildAdmission& admission_;
   const BuildLimits& limits_;
   BuildListener& listener_;
   const std::atomic<bool>& cancel_;
@@ -242,7 +252,8 @@ class Builder {
 
 Result<rootfs::Template> run_build(runtime::Backend& backend, const TemplateCatalog& catalog,
                                    const BuildRequest& request, const BuildLimits& limits, BuildListener& listener,
-                                   const std::atomic<bool>& cancel, const BuildPackages* packages) {
+                                   const std::atomic<bool>& cancel, const BuildPackages* packages,
+                                   const BuildAdmission& admission) {
   const rootfs::BuildSpec& spec = request.spec;
   if (request.tenant_id.empty()) {
     if (!rootfs::valid_template_name(spec.name) || spec.name == "base" || spec.name == rootfs::kHostTemplate)
@@ -276,7 +287,7 @@ Result<rootfs::Template> run_build(runtime::Backend& backend, const TemplateCata
   st.key = parent->digest;
   std::vector<std::pair<std::string, std::string>> binds;
   for (const auto& b : parent->binds) binds.emplace_back(b.source, b.target);
-  Builder builder(backend, limits, listener, cancel, binds, packages, request.tenant_id);
+  Builder builder(backend, limits, listener, cancel, binds, packages, request.tenant_id, admission);
   if (packages) listener.log("run steps reach the package gateway (" + std::string(net::kPackagesHost) + ")");
   uint64_t added = 0;
   const size_t count = spec.steps.size();
@@ -506,8 +517,17 @@ std::string BuildJob::state_json() const {
 
 // ---- TemplateBuilds ----------------------------------------------------------------
 
-TemplateBuilds::TemplateBuilds(runtime::Backend& backend, TemplateCatalog catalog, BuildLimits limits)
-    : backend_(backend), catalog_(std::move(catalog)), limits_(limits), thread_([this] { worker(); }) {}
+HostGrant BuildAdmission::grant(const BuildLimits& limits) const {
+  return HostGrant::of(limits.memory_mb, limits.pids, nofile_grant(ExecEnvInput{}.nofile));
+}
+
+TemplateBuilds::TemplateBuilds(runtime::Backend& backend, TemplateCatalog catalog, BuildLimits limits,
+                               BuildAdmission admission)
+    : backend_(backend),
+      catalog_(std::move(catalog)),
+      limits_(limits),
+      admission_(admission),
+      thread_([this] { worker(); }) {}
 
 TemplateBuilds::~TemplateBuilds() {
   {
@@ -520,6 +540,12 @@ TemplateBuilds::~TemplateBuilds() {
 }
 
 Result<std::shared_ptr<BuildJob>> TemplateBuilds::start(BuildRequest request) {
+  // A host with no room for a step's jail now refuses at once (503), rather than
+  // queueing a build whose first run step would fail.
+  if (admission_.ledger) {
+    if (auto fits = admission_.ledger->check(admission_.grant(limits_), admission_.limit); !fits)
+      return std::unexpected(fits.error());
+  }
   auto job = std::make_shared<BuildJob>(store::new_id("b"), request.tenant_id, request.spec.name);
   {
     std::lock_guard lock(mu_);
@@ -579,7 +605,7 @@ void TemplateBuilds::worker() {
     auto& [job, request] = next;
     job->log("building " + request.spec.name + " from " + request.spec.from);
     auto started = std::chrono::steady_clock::now();
-    auto result = run_build(backend_, catalog_, request, limits_, *job, cancel_);
+    auto result = run_build(backend_, catalog_, request, limits_, *job, cancel_, nullptr, admission_);
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     char took[64];
     std::snprintf(took, sizeof took, "%.2f s", s);

@@ -24,6 +24,7 @@
 #include "rootfs/build_spec.h"
 #include "rootfs/template.h"
 #include "runtime/runtime.h"
+#include "session/host_ledger.h"
 #include "session/templates.h"
 
 namespace cela::net {
@@ -74,6 +75,15 @@ struct BuildLimits {
   size_t max_queued = 32;
 };
 
+// Where a build's step jails take their host grant (the memory, pids and open files
+// of BuildLimits, as a session's): a step the ledger refuses fails the build with
+// capacity_exceeded. Without a ledger, steps are not admitted.
+struct BuildAdmission {
+  HostLedger* ledger = nullptr;
+  HostGrant limit;  // capacity × overcommit
+  HostGrant grant(const BuildLimits& limits) const;
+};
+
 // What a build reports while it runs (any thread: the build's).
 class BuildListener {
  public:
@@ -92,7 +102,8 @@ struct BuildRequest {
 // killed and the build fails. Without `packages`, run steps have no network at all.
 Result<rootfs::Template> run_build(runtime::Backend& backend, const TemplateCatalog& catalog,
                                    const BuildRequest& request, const BuildLimits& limits, BuildListener& listener,
-                                   const std::atomic<bool>& cancel, const BuildPackages* packages = nullptr);
+                                   const std::atomic<bool>& cancel, const BuildPackages* packages = nullptr,
+                                   const BuildAdmission& admission = {});
 
 // One build the daemon runs: its log as numbered events (replayed to late followers),
 // its state and, at the end, its template or error. Thread-safe.
@@ -139,11 +150,13 @@ class BuildJob final : public BuildListener {
 // does not hold back another's. Thread-safe: start() and find() from any thread.
 class TemplateBuilds {
  public:
-  TemplateBuilds(runtime::Backend& backend, TemplateCatalog catalog, BuildLimits limits);
+  TemplateBuilds(runtime::Backend& backend, TemplateCatalog catalog, BuildLimits limits,
+                 BuildAdmission admission = {});
   ~TemplateBuilds();  // cancels the running build, joins
 
   // Queues the build; the job is returned at once. quota_exceeded past the tenant's
-  // max_per_tenant, capacity_exceeded past max_queued.
+  // max_per_tenant, capacity_exceeded past max_queued or when the host ledger would
+  // not admit a step's jail now (a build queued then may still fail at a step).
   Result<std::shared_ptr<BuildJob>> start(BuildRequest request);
   // not_found for another tenant's build.
   Result<std::shared_ptr<BuildJob>> find(const std::string& tenant_id, const std::string& id) const;
@@ -154,6 +167,7 @@ class TemplateBuilds {
   runtime::Backend& backend_;
   TemplateCatalog catalog_;
   BuildLimits limits_;
+  BuildAdmission admission_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::pair<std::shared_ptr<BuildJob>, BuildRequest>> queue_;

@@ -17,6 +17,17 @@ CELA = os.environ.get("CELA_BIN", str(ROOT / "build" / "cela"))
 UID_BASE = 0x10000000  # jail/userns.h kUidBase
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
+# `cela run` and local `cela template build` admit against a host-wide ledger
+# (default /run/cela/grants, which a daemon outside the tests may use): the tests'
+# runs share one of their own (daemons get theirs: daemon_util).
+if "CELA_LEDGER_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+    _ledger = tempfile.mkdtemp(prefix="cela-test-grants-")
+    os.environ["CELA_LEDGER_DIR"] = _ledger
+    atexit.register(shutil.rmtree, _ledger, True)
+
 
 # Which runner run()/py()/run_json() use: `cela run` (one-shot) or a daemon session
 # (the path production uses: a re-executed init, a session, an exec through the API).

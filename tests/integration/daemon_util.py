@@ -55,11 +55,16 @@ class Daemon:
                 "--listen", f"127.0.0.1:{self.port}"]
         if self.dev:
             args.append("--dev")
-        if self.config:
-            path = os.path.join(self.dir, "config.json")
-            with open(path, "w") as f:
-                json.dump(self.config, f)
-            args += ["--config", path]
+        # The host-wide admission ledger is the test's own unless it names one: never
+        # /run/cela/grants, which a daemon outside the tests may be using.
+        config = dict(self.config or {})
+        admission = dict(config.get("admission", {}))
+        admission.setdefault("ledger_dir", os.path.join(self.dir, "grants"))
+        config["admission"] = admission
+        path = os.path.join(self.dir, "config.json")
+        with open(path, "w") as f:
+            json.dump(config, f)
+        args += ["--config", path]
         limit = self.nofile
         preexec = (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, limit)) if limit else None
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
