@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 #include "common/fs.h"
 
@@ -21,6 +23,33 @@ constexpr uint64_t kNoLimit = UINT64_MAX;
 constexpr const char* kLockName = ".lock";
 constexpr std::string_view kTmpPrefix = ".tmp-";
 constexpr uint64_t kHeaderMagic = 0x31726764656c6563;  // "celedgr1"
+// The longest an admit waits for the lock: holders keep it for a file write or two
+// (well under 1 ms), so a holder stuck with it (stopped, or not cela at all) costs the
+// daemon's reactor this much per admit, never a hang.
+constexpr auto kLockWait = std::chrono::milliseconds(250);
+
+bool lock_within(int fd) {
+  auto until = std::chrono::steady_clock::now() + kLockWait;
+  for (auto pause = std::chrono::microseconds(50);; pause = std::min(pause * 2, std::chrono::microseconds(5000))) {
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) return true;
+    if (errno != EWOULDBLOCK && errno != EINTR) return false;
+    if (std::chrono::steady_clock::now() >= until) {
+      errno = EWOULDBLOCK;
+      return false;
+    }
+    std::this_thread::sleep_for(pause);
+  }
+}
+
+Error lock_failed_error(const std::string& dir) {
+  if (errno == EWOULDBLOCK)
+    return Error{ErrorCode::capacity_exceeded, 0,
+                 "host admission: the grant ledger " + dir + " stayed locked by another process for " +
+                     std::to_string(kLockWait.count()) + " ms; try again"};
+  return Error{ErrorCode::internal, errno, "flock " + dir + "/" + kLockName};
+}
+
+std::unexpected<Error> lock_failed(const std::string& dir) { return std::unexpected(lock_failed_error(dir)); }
 
 std::string holder_name(const HostLedger::Holder& h) {
   return std::to_string(h.pid) + "-" + std::to_string(h.start);
@@ -124,15 +153,18 @@ Result<std::unique_ptr<HostLedger>> HostLedger::open(const std::string& dir, std
   l->tmp_name_ = std::string(kTmpPrefix) + l->name_;
   l->dir_fd_.reset(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!l->dir_fd_) return sys_fail("open " + dir);
-  l->lock_fd_.reset(::openat(l->dir_fd_.get(), kLockName, O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  // Root only: whoever can open the lock file can hold its flock, and every admit of
+  // every cela process on the host waits on it (bounded: kLockWait).
+  l->lock_fd_.reset(::openat(l->dir_fd_.get(), kLockName, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600));
   if (!l->lock_fd_) return sys_fail("open " + dir + "/" + kLockName);
+  if (::fchmod(l->lock_fd_.get(), 0600) != 0) return sys_fail("chmod " + dir + "/" + kLockName);
   return l;
 }
 
 HostLedger::~HostLedger() {
   if (!dir_fd_) return;
   std::lock_guard lock(mu_);
-  bool locked = ::flock(lock_fd_.get(), LOCK_EX) == 0;
+  bool locked = lock_within(lock_fd_.get());
   ::unlinkat(dir_fd_.get(), name_.c_str(), 0);
   ::unlinkat(dir_fd_.get(), tmp_name_.c_str(), 0);
   if (locked) {
@@ -236,13 +268,10 @@ Result<void> HostLedger::publish() {
 }
 
 namespace {
-// flock(LOCK_EX) for one scope.
+// flock(LOCK_EX) for one scope, waiting at most kLockWait (lock_within).
 class Flock {
  public:
-  explicit Flock(int fd) : fd_(fd) {
-    while ((ok_ = ::flock(fd_, LOCK_EX) == 0) == false && errno == EINTR) {
-    }
-  }
+  explicit Flock(int fd) : fd_(fd), ok_(lock_within(fd)) {}
   ~Flock() {
     if (ok_) ::flock(fd_, LOCK_UN);
   }
@@ -257,7 +286,7 @@ class Flock {
 Result<void> HostLedger::take(const HostGrant& grant, const HostGrant& limit) {
   std::lock_guard lock(mu_);
   Flock flock(lock_fd_.get());
-  if (!flock.ok()) return sys_fail("flock " + dir_ + "/" + kLockName);
+  if (!flock.ok()) return lock_failed(dir_);
   auto scanned_before = scanned_at_;
   if (auto r = refresh(false); !r) return r;
   auto fits = [&] { return check_host_tables(mine_, others_, grant, min_of(limit, others_limit_), dir_); };
@@ -282,7 +311,7 @@ Result<void> HostLedger::take(const HostGrant& grant, const HostGrant& limit) {
 Result<void> HostLedger::check(const HostGrant& grant, const HostGrant& limit) {
   std::lock_guard lock(mu_);
   Flock flock(lock_fd_.get());
-  if (!flock.ok()) return sys_fail("flock " + dir_ + "/" + kLockName);
+  if (!flock.ok()) return lock_failed(dir_);
   if (auto r = refresh(false); !r) return r;
   auto ok = check_host_tables(mine_, others_, grant, min_of(limit, others_limit_), dir_);
   if (ok) return ok;
@@ -304,7 +333,7 @@ void HostLedger::give_back(const HostGrant& grant) {
 Result<void> HostLedger::declare(const HostGrant& limit) {
   std::lock_guard lock(mu_);
   Flock flock(lock_fd_.get());
-  if (!flock.ok()) return sys_fail("flock " + dir_ + "/" + kLockName);
+  if (!flock.ok()) return lock_failed(dir_);
   if (auto r = refresh(false); !r) return r;  // the header, before our share joins it
   limit_ = limit;
   return publish();
@@ -318,7 +347,7 @@ HostGrant HostLedger::mine() const {
 Result<HostGrant> HostLedger::others() {
   std::lock_guard lock(mu_);
   Flock flock(lock_fd_.get());
-  if (!flock.ok()) return sys_fail("flock " + dir_ + "/" + kLockName);
+  if (!flock.ok()) return lock_failed(dir_);
   if (auto r = refresh(true); !r) return std::unexpected(r.error());
   return others_;
 }

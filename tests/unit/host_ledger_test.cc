@@ -4,6 +4,9 @@
 // own (the ledger names holders by pid), so the tests fork.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -124,6 +127,30 @@ TEST_F(HostLedgerTest, TwoLedgersInOneDirSeeEachOthersGrants) {
   EXPECT_TRUE((*ledger)->take({600, 10, 100}, kLimit));
   other.write('x');
   EXPECT_EQ(reap(other), 0);
+}
+
+// Whoever holds the lock file's flock stalls every admit: only root may open it, and
+// an admit waits a bounded time, then refuses (capacity_exceeded), never hangs.
+TEST_F(HostLedgerTest, AStuckLockHolderCostsABoundedWaitAndOnlyRootMayOpenTheLock) {
+  auto ledger = HostLedger::open(dir_);
+  ASSERT_TRUE(ledger) << ledger.error().message();
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_ + "/.lock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  int fd = ::open((dir_ + "/.lock").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);  // a flock of another open file: as another process's would be
+  auto began = std::chrono::steady_clock::now();
+  auto refused = (*ledger)->take({1, 1, 1}, {kMax, kMax, kMax});
+  auto waited = std::chrono::steady_clock::now() - began;
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, ErrorCode::capacity_exceeded);
+  EXPECT_NE(refused.error().message().find("stayed locked"), std::string::npos) << refused.error().message();
+  EXPECT_GE(waited, 200ms);
+  EXPECT_LT(waited, 2s);
+  ::flock(fd, LOCK_UN);
+  ::close(fd);
+  EXPECT_TRUE((*ledger)->take({1, 1, 1}, {kMax, kMax, kMax}));
 }
 
 TEST_F(HostLedgerTest, DeadHoldersAreIgnoredAndRemoved) {
