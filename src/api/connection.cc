@@ -644,6 +644,9 @@ void Connection::write_response(std::shared_ptr<StringResponse> response) {
   response->keep_alive(keep_alive);
   out_ = std::move(response);
   int status = static_cast<int>(out_->result_int());
+  // The request is answered once its answer is handed over: a client that reads it
+  // and sends the next at once must find the key's slot free, not race our completion.
+  request_slot_.reset();
   arm_write_deadline();
   http::async_write(socket_, *out_,
                     [self = shared_from_this(), keep_alive, status](error_code ec, std::size_t) {
@@ -655,7 +658,6 @@ void Connection::write_response(std::shared_ptr<StringResponse> response) {
 void Connection::on_response_written(error_code ec, bool keep_alive) {
   disarm_write_deadline();
   out_.reset();
-  request_slot_.reset();
   if (ec) return finish();
   if (!keep_alive) return graceful_close();
   read_next_request();
@@ -751,6 +753,7 @@ void Connection::on_stream_written(error_code ec) {
 
 void Connection::write_stream_end() {
   stream_writing_ = true;
+  request_slot_.reset();  // as for an answer: free before the client can see the end
   if (!stream_chunked_) return on_stream_ended({});
   arm_write_deadline();
   asio::async_write(
@@ -762,7 +765,6 @@ void Connection::on_stream_ended(error_code ec) {
   disarm_write_deadline();
   stream_writing_ = false;
   keepalive_timer_.cancel();
-  request_slot_.reset();
   auto channel = std::move(stream_);
   stream_.reset();
   if (channel) run_callbacks(channel->end());
