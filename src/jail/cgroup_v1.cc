@@ -480,6 +480,10 @@ Result<std::unique_ptr<CgroupHost>> open_cgroup_v1_host(CgroupMode mode, const s
                                                         const CgroupHostOptions& options) {
   auto layout = find_layout(mode, root, options);
   if (!layout) return std::unexpected(layout.error());
+  // BFQ's weight file shows only in non-root cgroups: cela/ is made here, so that
+  // io_support() sees it on a host where no sandbox has run yet (create() makes the
+  // same directory; a failure shows there).
+  if (!layout->blkio.empty()) (void)make_parent_dir(layout->blkio + "/cela");
   return std::make_unique<CgroupV1Host>(mode, std::move(*layout), options.io);
 }
 
