@@ -57,6 +57,11 @@ struct CgroupLimits {
 
 // How long freeze() waits for the kernel to report a freeze or a thaw.
 inline constexpr std::chrono::milliseconds kFreezeTimeout{1000};
+// How long a session's pause (runtime Instance::freeze, polled on the reactor: nothing
+// waits on a thread) asks the kernel again before it gives up and thaws. Longer than
+// kFreezeTimeout: a task asleep in an uninterruptible wait (a cgroup mutex held by
+// another sandbox's mkdir or rmdir, page-cache I/O) freezes only once it wakes.
+inline constexpr std::chrono::milliseconds kPauseTimeout{3000};
 
 struct CgroupStats {
   uint64_t cpu_usage_ns = 0;

@@ -20,6 +20,7 @@
 #include <optional>
 #include <variant>
 
+#include "common/fs.h"
 #include "common/token_bucket.h"
 #include "jail/cgroup.h"
 #include "jail/exec_notify.h"
@@ -573,26 +574,69 @@ class JailInstance final : public Instance {
 
   // Reads the freezer's state; until it reports `frozen`, again after `wait` (doubled
   // each time, at most 2 ms: a few tasks settle within microseconds, a busy tree
-  // within a few ms). A freeze still not settled after jail::kFreezeTimeout is thawed.
-  void poll_freeze(bool frozen, Clock::time_point began, std::chrono::microseconds wait) {
+  // within a few ms). A v1 freezer can stay FREEZING for good when a task joined the
+  // cgroup while it froze (an exec's process writes itself into its cgroup's `tasks`),
+  // so a freeze that has not settled is asked for again on every poll, and every
+  // kRefreezeEvery-th poll thaws for kRefreezePause first (runc found the same on v1
+  // kernels; on v2 the repeated write is a no-op). A freeze still not settled after
+  // jail::kFreezeTimeout is thawed.
+  static constexpr unsigned kRefreezeEvery = 50;
+  static constexpr std::chrono::milliseconds kRefreezePause{5};
+  void poll_freeze(bool frozen, Clock::time_point began, std::chrono::microseconds wait, unsigned polls = 0) {
     auto settled = sandbox_->cgroup().freeze_settled(frozen);
-    bool late = Clock::now() - began > jail::kFreezeTimeout;
+    bool late = Clock::now() - began > jail::kPauseTimeout;
     if (!settled || *settled || late) {
       if (settled && *settled) return finish_freeze({});
+      if (settled)  // before the thaw: who did not freeze, and where it sleeps
+        std::fprintf(stderr, "cela: %s %s did not settle within %lld ms; its processes:%s\n",
+                     frozen ? "freezing" : "thawing", sandbox_->cgroup().name().c_str(),
+                     static_cast<long long>(jail::kPauseTimeout.count()), describe_members().c_str());
       if (frozen) {
         (void)sandbox_->cgroup().request_freeze(false);
         frozen_ = false;
       }
       if (!settled) return finish_freeze(std::unexpected(settled.error()));
-      return finish_freeze(fail(ErrorCode::system, std::string(frozen ? "freezing" : "thawing") +
-                                                       " the sandbox did not settle within " +
-                                                       std::to_string(jail::kFreezeTimeout.count()) + " ms"));
+      // Not a fault of the caller's nor a broken invariant: the host is slow to settle
+      // it, and the session runs on as before, so the caller may try again.
+      return finish_freeze(fail(ErrorCode::capacity_exceeded,
+                                std::string(frozen ? "freezing" : "thawing") + " the session did not settle within " +
+                                    std::to_string(jail::kPauseTimeout.count()) +
+                                    " ms (the host is busy); it runs on as before: try again"));
+    }
+    auto next = std::min<std::chrono::microseconds>(wait * 2, std::chrono::milliseconds(2));
+    if (frozen) {
+      bool rethaw = ++polls % kRefreezeEvery == 0;
+      // A failed write shows in the next read (or the timeout): nothing to do here.
+      (void)sandbox_->cgroup().request_freeze(!rethaw);
+      if (rethaw) wait = kRefreezePause;
     }
     freeze_timer_->expires_after(wait);
-    freeze_timer_->async_wait([this, alive = alive_, frozen, began, wait](boost::system::error_code ec) {
+    freeze_timer_->async_wait([this, alive = alive_, frozen, began, next, polls](boost::system::error_code ec) {
       if (!*alive || ec || !freeze_done_) return;  // destroy() answered it
-      poll_freeze(frozen, began, std::min<std::chrono::microseconds>(wait * 2, std::chrono::milliseconds(2)));
+      poll_freeze(frozen, began, next, polls);
     });
+  }
+
+  // Every process of the sandbox with its scheduler state and where it sleeps (a frozen
+  // one in the refrigerator), for the log line of a freeze that did not settle.
+  std::string describe_members() const {
+    auto members = jail::list_members(sandbox_->cgroup().process_dir());
+    if (!members) return " (" + members.error().message() + ")";
+    std::string out;
+    size_t shown = 0;
+    for (const auto& m : *members) {
+      if (++shown > 16) return out + " ...";
+      std::string proc = "/proc/" + std::to_string(m.pid);
+      auto stat = read_file(proc + "/stat");
+      auto wchan = read_file(proc + "/wchan");
+      std::string state = "?";
+      if (stat)
+        if (auto close = stat->rfind(") "); close != std::string::npos && close + 2 < stat->size())
+          state = stat->substr(close + 2, 1);
+      out += " " + std::to_string(m.pid) + (m.child.empty() ? "" : "[" + m.child + "]") + " " + state + " " +
+             (wchan ? *wchan : "?");
+    }
+    return out.empty() ? " none" : out;
   }
 
   void arm_control() {

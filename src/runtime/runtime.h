@@ -239,9 +239,10 @@ class Instance {
   // Freezes (true) or thaws (false) every process of the sandbox without blocking the
   // reactor: the new state is requested now and `done` runs later on the reactor, once
   // the kernel reports it (the freezer acts asynchronously; this polls on a timer), or
-  // with an error after jail::kFreezeTimeout (a freeze that does not settle is thawed
-  // again). One change at a time: a call while one is in flight gets conflict. A frozen
-  // sandbox keeps its memory and files and uses no CPU; destroy() ends it as usual.
+  // with capacity_exceeded after jail::kPauseTimeout (a freeze that does not settle is
+  // thawed again, and its processes' states logged). One change at a time: a call while
+  // one is in flight gets conflict. A frozen sandbox keeps its memory and files and uses
+  // no CPU; destroy() ends it as usual.
   virtual void freeze(bool frozen, std::function<void(Result<void>)> done) = 0;
   // The state last requested (true from the freeze request until a thaw is requested).
   virtual bool frozen() const = 0;
