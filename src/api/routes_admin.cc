@@ -63,7 +63,7 @@ void create_tenant(RouteContext& ctx, Request& req, Responder& res) {
   if (auto ok = require_host_admin(req); !ok) return res.error(ok.error());
   auto body = parse_json_object(req.body);
   if (!body) return res.error(body.error());
-  const auto& d = ctx.sessions.config().quotas;
+  const auto d = ctx.sessions.config()->quotas;  // a copy: a reload may replace the snapshot
   auto spec = parse_tenant(*body, session::Quotas{d.max_sessions, d.max_memory_mb, d.max_cpus});
   if (!spec) return res.error(spec.error());
   answer_blocking(ctx, res, 201, [&ctx, spec = *spec]() -> ApiResult<json::value> {
@@ -149,7 +149,7 @@ void add_admin_routes(RouteContext& ctx) {
         res.json(full ? 503 : 200,
                  json::object{{"status", full ? "full" : "ready"},
                               {"live_sessions", ctx.sessions.live_sessions()},
-                              {"max_sessions", ctx.sessions.config().max_sessions}},
+                              {"max_sessions", ctx.sessions.config()->max_sessions}},
                  full ? Headers{{"Retry-After", "1"}} : Headers{});
       },
       public_options());

@@ -58,7 +58,7 @@ ApiResult<store::PageRequest> page_of(const Request& req) {
 
 RouteOptions upload_options(const RouteContext& ctx) {
   RouteOptions o;
-  o.body_limit = ctx.sessions.config().max_upload_bytes;
+  o.body_limit = ctx.sessions.config()->max_upload_bytes;
   o.body_timeout = std::chrono::minutes(10);
   return o;
 }

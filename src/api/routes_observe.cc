@@ -98,7 +98,7 @@ struct EventFollower : std::enable_shared_from_this<EventFollower> {
 void add_observe_routes(RouteContext& ctx) {
   Router& r = ctx.server.router();
   auto& mgr = ctx.sessions;
-  const bool metrics_public = mgr.config().metrics.public_endpoint;
+  const bool metrics_public = mgr.config()->metrics.public_endpoint;
 
   r.add(
       verb::get, "/metrics", docs::prometheus_metrics,

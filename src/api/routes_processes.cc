@@ -46,7 +46,7 @@ void proxy_to_port(RouteContext& ctx, Request& req, Responder& res, const PortTa
   if (!target) return res.error(target.error());
   ProxiedRequest pr{req.method_name, std::move(*target), req.headers, static_cast<uint16_t>(*port), to.prefix,
                     to.session_id};
-  const auto& cfg = ctx.sessions.config().ports;
+  const auto cfg = ctx.sessions.config()->ports;  // a copy: a reload may replace the snapshot
   PortRelayOptions options{millis(cfg.connect_timeout_s), millis(cfg.idle_timeout_s)};
   ctx.sessions.open_port(
       caller_of(req), to.session_id, static_cast<uint16_t>(*port),

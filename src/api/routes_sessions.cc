@@ -113,7 +113,7 @@ void add_session_routes(RouteContext& ctx) {
   r.add(verb::post, "/v1/sessions", docs::create_session, [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());
-    auto spec = parse_create_session(*body, mgr.config());
+    auto spec = parse_create_session(*body, *mgr.config());
     if (!spec) return res.error(spec.error());
     int64_t wait_s = 0;
     if (auto w = req.query_value("wait_s")) {
@@ -195,7 +195,7 @@ void add_session_routes(RouteContext& ctx) {
   r.add(verb::post, "/v1/sessions/{id}/execs", docs::start_exec, [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());
-    auto spec = parse_exec(*body, mgr.config());
+    auto spec = parse_exec(*body, *mgr.config());
     if (!spec) return res.error(spec.error());
     std::string id(req.param("id"));
     mgr.start_exec(caller_of(req), id, std::move(*spec),
@@ -210,7 +210,7 @@ void add_session_routes(RouteContext& ctx) {
   r.add(verb::post, "/v1/sessions/{id}/run", docs::run_exec, [&](Request& req, Responder& res) {
     auto body = body_object(req);
     if (!body) return res.error(body.error());
-    auto spec = parse_exec(*body, mgr.config());
+    auto spec = parse_exec(*body, *mgr.config());
     if (!spec) return res.error(spec.error());
     std::string id(req.param("id"));
     session::Caller caller = caller_of(req);

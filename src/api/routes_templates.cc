@@ -72,7 +72,7 @@ void add_template_routes(RouteContext& ctx) {
       json::array items;
       for (const auto& t : *list) {
         // Dev-only templates exist only for local root on a dev-mode daemon.
-        if (t.dev_only && !(mgr.config().dev_mode && caller.local_root)) continue;
+        if (t.dev_only && !(mgr.config()->dev_mode && caller.local_root)) continue;
         items.push_back(render_template(t, true));
       }
       return json::object{{"templates", std::move(items)}};
@@ -82,7 +82,7 @@ void add_template_routes(RouteContext& ctx) {
   r.add(verb::get, "/v1/templates/{name}", docs::get_template, [&](Request& req, Responder& res) {
     std::string name(req.param("name"));
     answer_blocking(ctx, res, 200, [&mgr, caller = caller_of(req), name]() -> ApiResult<json::value> {
-      if (name == rootfs::kHostTemplate && !(mgr.config().dev_mode && caller.local_root))
+      if (name == rootfs::kHostTemplate && !(mgr.config()->dev_mode && caller.local_root))
         return std::unexpected(ApiError::not_found("template " + name + " not found"));
       return versions_answer(mgr, caller, name);
     });
@@ -106,7 +106,7 @@ void add_template_routes(RouteContext& ctx) {
     session::Caller caller = caller_of(req);
     if (spec->name.empty()) return res.error(ApiError::invalid_request("field `name` is required"));
     if (auto ok = mgr.catalog().writable_name(spec->name); !ok) return res.error(from_error(ok.error()));
-    session::BuildRequest request{std::move(*spec), caller.tenant_id, mgr.config().dev_mode && caller.local_root};
+    session::BuildRequest request{std::move(*spec), caller.tenant_id, mgr.config()->dev_mode && caller.local_root};
     auto job = mgr.builds().start(std::move(request));
     if (!job) return res.error(from_error(job.error()));
     res.json(202, json::object{{"build_id", (*job)->id()}, {"state", "running"}});

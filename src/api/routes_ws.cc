@@ -60,7 +60,7 @@ class SessionSocket final : public WebSocketHandler, public std::enable_shared_f
       std::fputs("cela: internal error: websocket message handled off its strand\n", stderr);
       std::abort();
     }
-    auto message = ws::parse_client_message(text, sessions_.config());
+    auto message = ws::parse_client_message(text, *sessions_.config());
     if (!message) return error(message.error().ref, message.error().exec, message.error().error);
     std::visit([this](auto& m) { handle(m); }, *message);
   }

@@ -10,6 +10,7 @@
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <future>
 #include <memory>
 
 #include "api/e2b/e2b.h"
@@ -23,6 +24,7 @@
 #include "common/fs.h"
 #include "common/random.h"
 #include "common/nofile.h"
+#include "daemon/reload.h"
 #include "net/package_gateway.h"
 #include "rootfs/template.h"
 #include "session/config.h"
@@ -87,6 +89,44 @@ Result<void> readable(const std::string& key, const std::string& path) {
   return {};
 }
 
+// SIGHUP: the file again; what may change live goes to the sessions, the rest is named.
+// `running`: the file's object as the daemon runs it (the applied keys move to it).
+void reload(const DaemonOptions& o, boost::json::object& running, session::SessionManager& sessions) {
+  if (o.config_file.empty()) {
+    obs::warn("SIGHUP: no --config file, nothing to reload");
+    return;
+  }
+  auto object = read_config_object(o.config_file);
+  Result<session::DaemonConfig> next = std::unexpected(Error{});
+  if (object)
+    next = effective_config(o);
+  else
+    next = std::unexpected(object.error());
+  if (!next) {
+    obs::error("SIGHUP: reload refused, the running config stays: " + next.error().message());
+    std::printf("cela: reload of %s refused (the running config stays): %s\n", o.config_file.c_str(),
+                next.error().message().c_str());
+    std::fflush(stdout);
+    return;
+  }
+  ReloadPlan plan = plan_reload(running, *object);
+  std::promise<void> applied;
+  sessions.reconfigure(*next, [&applied](Result<void>) { applied.set_value(); });
+  applied.get_future().wait();
+  for (const auto& key : plan.applied) {
+    if (const auto* v = object->if_contains(key))
+      running[key] = *v;
+    else
+      running.erase(key);
+  }
+  boost::json::array applied_keys, restart_keys;
+  for (const auto& k : plan.applied) applied_keys.emplace_back(k);
+  for (const auto& k : plan.restart) restart_keys.emplace_back(k);
+  obs::info("config reloaded", {{"file", o.config_file}, {"applied", applied_keys}, {"needs_restart", restart_keys}});
+  std::printf("cela: reloaded %s: %s\n", o.config_file.c_str(), describe(plan).c_str());
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int check_config(const DaemonOptions& o) {
@@ -124,6 +164,10 @@ int run(const DaemonOptions& o) {
     return 2;
   }
   session::DaemonConfig config = std::move(*effective);
+  boost::json::object running_file;  // what SIGHUP compares the file with
+  if (!o.config_file.empty())
+    if (auto object = read_config_object(o.config_file)) running_file = std::move(*object);
+  if (auto level = obs::parse_level(config.log_level)) obs::log_level(*level);
   obs::json_logs(config.json_logs);
   obs::catalog::register_all();
 
@@ -318,7 +362,11 @@ int run(const DaemonOptions& o) {
   if (config.dev_mode) std::printf("cela: dev mode: dev-only templates (host) are open to local root\n");
   std::fflush(stdout);
   int sig = 0;
-  ::sigwait(&stop, &sig);
+  for (;;) {
+    ::sigwait(&stop, &sig);
+    if (sig != SIGHUP) break;
+    reload(o, running_file, **manager);
+  }
   // Stop order: stop admitting and end every session (their records say
   // daemon_shutdown), then stop the HTTP threads, then the session threads.
   std::printf("cela: stopping (signal %d): ending live sessions\n", sig);

@@ -1,4 +1,5 @@
-// `cela serve`: runs the daemon until SIGTERM, SIGINT or SIGHUP.
+// `cela serve`: runs the daemon until SIGTERM or SIGINT; SIGHUP reloads the config
+// file (daemon/reload.h).
 #pragma once
 
 #include <cstdint>

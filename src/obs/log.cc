@@ -26,6 +26,12 @@ std::string_view to_string(Level level) {
 
 void json_logs(bool on) { g_json = on; }
 bool json_logs() { return g_json.load(); }
+std::optional<Level> parse_level(std::string_view text) {
+  for (Level l : {Level::debug, Level::info, Level::warn, Level::error})
+    if (to_string(l) == text) return l;
+  return std::nullopt;
+}
+
 void log_level(Level level) { g_level = static_cast<int>(level); }
 
 std::string format_line(Level level, std::string_view msg, const boost::json::object& fields) {

@@ -10,12 +10,14 @@
 #pragma once
 
 #include <boost/json/object.hpp>
+#include <optional>
 #include <string_view>
 
 namespace cela::obs {
 
 enum class Level { debug, info, warn, error };
 std::string_view to_string(Level level);
+std::optional<Level> parse_level(std::string_view text);
 
 void json_logs(bool on);
 bool json_logs();

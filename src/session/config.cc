@@ -11,6 +11,7 @@
 
 #include "common/fs.h"
 #include "common/json_fields.h"
+#include "obs/log.h"
 #include "runtime/jail.h"
 
 namespace cela::session {
@@ -347,12 +348,15 @@ Result<DaemonConfig> DaemonConfig::from_json(const json::object& o) {
   if (!lg) return std::unexpected(lg.error());
   if (*lg) {
     const JsonFields& s = **lg;
-    ONLY(s, "format");
+    ONLY(s, "format", "level");
     std::string format = c.json_logs ? "json" : "text";
     TAKE(s, "format", format);
     if (format != "json" && format != "text")
       return fail(ErrorCode::invalid_argument, "config: logs.format must be \"json\" or \"text\"");
     c.json_logs = format == "json";
+    TAKE(s, "level", c.log_level);
+    if (!obs::parse_level(c.log_level))
+      return fail(ErrorCode::invalid_argument, "config: logs.level must be debug, info, warn or error");
   }
   if (auto r = read_egress(section, c.egress); !r) return std::unexpected(r.error());
   auto ports = section("ports");

@@ -177,6 +177,7 @@ struct DaemonConfig {
   obs::AuditOptions audit;
   MetricsConfig metrics;
   bool json_logs = true;  // daemon log lines as JSON (`logs.format`: "json" | "text")
+  std::string log_level = "info";  // `logs.level`: lines below it are dropped (debug|info|warn|error)
   // The egress proxy (docs/operations.md "Egress").
   net::EgressConfig egress;
   // Tenant defaults of every session's file policy (`files`: API.md "File policy");

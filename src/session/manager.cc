@@ -43,7 +43,11 @@ void SessionManager::assert_on_reactor() const {
 }
 
 SessionManager::SessionManager(const DaemonConfig& config, store::Store& store)
-    : config_(config), store_(store), volumes_(config.volumes_dir()), admission_(reactor_, config.max_sessions) {
+    : config_(config),
+      published_(std::make_shared<const DaemonConfig>(config)),
+      store_(store),
+      volumes_(config.volumes_dir()),
+      admission_(reactor_, config.max_sessions) {
   templates_.root = config.templates_dir;
   output_dir_ = config.state_dir + "/output";
 }

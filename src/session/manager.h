@@ -253,7 +253,13 @@ class SessionManager {
   int64_t live_sessions() const { return live_count_.load(); }
   // True when no create could be admitted now (readyz).
   bool full() const;
-  const DaemonConfig& config() const { return config_; }
+  // The config as it stands (any thread): a snapshot that a reload (reconfigure) may
+  // replace at any time, so take it once per request and read from that.
+  std::shared_ptr<const DaemonConfig> config() const { return published_.load(); }
+  // SIGHUP (daemon/reload.h): takes what may change live from `next` (defaults, maxima,
+  // tenant quota defaults, stdin timeout, output retention, logs) on the reactor, then
+  // publishes the result; `done` on the reactor. The rest of `next` is not looked at.
+  void reconfigure(const DaemonConfig& next, Done<void> done);
   // Tenants and keys (any thread).
   Tenants& tenants() { return tenants_; }
   // The egress proxy every door goes to (net/egress_proxy.h): register internal
@@ -433,7 +439,10 @@ class SessionManager {
   // check max_upload_bytes first, before taking the view.
   Result<void> check_declared(const FsView& view, std::optional<uint64_t> declared) const;
 
+  // Reactor-owned: only reconfigure() changes it, on the reactor; other threads read
+  // fields reconfigure never changes, or take the published snapshot (config()).
   DaemonConfig config_;
+  std::atomic<std::shared_ptr<const DaemonConfig>> published_;
   store::Store& store_;
   Tenants tenants_{store_};
   Secrets secrets_{store_, config_.state_dir + "/secrets.key"};

@@ -50,7 +50,7 @@ void with_live(RouteContext& api, const Request& req, const std::shared_ptr<Resp
 void create(E2bContext& ctx, Request& req, Responder& res) {
   auto body = body_of(req);
   if (!body) return res.error(from_error(body.error()));
-  auto spec = parse_new_sandbox(*body, ctx.api.sessions.config());
+  auto spec = parse_new_sandbox(*body, *ctx.api.sessions.config());
   if (!spec) return res.error(from_error(spec.error()));
   ctx.api.sessions.create(caller_of(req), std::move(*spec), std::chrono::seconds(0),
                           [r = res.shared_from_this(), &tokens = ctx.tokens](Result<store::SessionRecord> done) {
@@ -76,7 +76,7 @@ void set_ttl(RouteContext& api, const session::Caller& caller, const std::string
 void connect(E2bContext& ctx, Request& req, Responder& res, bool timeout_required, bool must_be_paused) {
   auto body = body_of(req);
   if (!body) return res.error(from_error(body.error()));
-  auto timeout = parse_timeout(*body, ctx.api.sessions.config(), timeout_required);
+  auto timeout = parse_timeout(*body, *ctx.api.sessions.config(), timeout_required);
   if (!timeout) return res.error(from_error(timeout.error()));
   std::string id(req.param("id"));
   auto r = res.shared_from_this();
@@ -181,7 +181,7 @@ void add_control_routes(E2bContext& ctx) {
       [&ctx](Request& req, Responder& res) {
         auto body = body_of(req);
         if (!body) return res.error(from_error(body.error()));
-        auto timeout = parse_timeout(*body, ctx.api.sessions.config(), true);
+        auto timeout = parse_timeout(*body, *ctx.api.sessions.config(), true);
         if (!timeout) return res.error(from_error(timeout.error()));
         auto r = res.shared_from_this();
         set_ttl(ctx.api, caller_of(req), std::string(req.param("id")), *timeout, r,
@@ -202,7 +202,7 @@ void add_control_routes(E2bContext& ctx) {
             return r->error(ApiError::conflict("sandbox " + id + " is already paused"));
           mgr.pause(caller, id, [&ctx, caller, r, id](Result<store::SessionRecord> paused) {
             if (!paused) return r->error(sandbox_error(paused.error(), id));
-            set_ttl(ctx.api, caller, id, ctx.api.sessions.config().maxima.ttl_s, r,
+            set_ttl(ctx.api, caller, id, ctx.api.sessions.config()->maxima.ttl_s, r,
                     [r](store::SessionRecord) { r->no_content(); });
           });
         });
