@@ -12,9 +12,10 @@ DEB_PACKAGES := build-essential cmake pkg-config \
   libboost1.81-dev libboost-json1.81-dev libseccomp-dev libssl-dev \
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libsqlite3-dev libarchive-dev zlib1g-dev \
   python3 python3-pytest python3-prometheus-client python3-websockets debootstrap bubblewrap ca-certificates \
-  nodejs umoci tmux python3-munkres python3-matplotlib
+  nodejs umoci tmux python3-munkres python3-matplotlib \
+  python3-pip python3-setuptools python3-wheel python3-venv
 
-.PHONY: deps openapi-deps e2b-deps build test unit serve install deb bench bench-extra base-template code-interpreter-template format clean
+.PHONY: deps openapi-deps e2b-deps build test unit serve install deb sdk bench bench-extra base-template code-interpreter-template format clean
 
 # npm: Debian's package unless an npm is already there (a nodejs package that bundles
 # its own npm conflicts with Debian's).
@@ -76,6 +77,10 @@ install: build
 # $(BUILD_DIR)/packages/cela_<version>_amd64.deb, installed under /usr with /etc/cela.
 deb: build
 	cd $(BUILD_DIR) && cpack -G DEB -B packages
+
+# The Python SDK as a wheel, built offline with Debian's setuptools: $(BUILD_DIR)/sdk/dist/cela-<version>-py3-none-any.whl
+sdk: build
+	cmake --build $(BUILD_DIR) --target sdk
 
 # Every performance figure in one run, beside bubblewrap and runc: bench/out/report.json, report.md and report.png
 # (docs/development.md "Benchmarks"). BENCH_ARGS='--quick' or e.g. '--sessions 1000
